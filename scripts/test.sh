@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The test command: set up what the suite needs on this machine, build the CPU image (layer cache makes
+# a rebuild fast), and run the whole test suite (unit, host integration, container).
+set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+Usage: scripts/test.sh [PYTEST ARGS...]
+
+Sets up, where it can (root on Debian/Ubuntu): the Docker engine (scripts/ensure-docker.sh), Open MPI
+and debootstrap from apt, a test virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU
+image (scripts/build.sh cpu), then runs `python -m pytest tests` with any extra arguments.
+Environment:
+  SAGETRAIN_TEST_VENV   virtualenv to use (default: .venv-test in the repository)
+  SAGETRAIN_CA_CERTS    extra CA bundle for image builds (default: /etc/ssl/certs/ca-certificates.crt if present)
+  SAGETRAIN_SKIP_BUILD  set to 1 to reuse the existing sagemaker-tf-horovod:cpu image as is
+USAGE
+}
+case "${1:-}" in -h|--help) usage; exit 0 ;; esac
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+venv=${SAGETRAIN_TEST_VENV:-$repo/.venv-test}
+ca_certs=${SAGETRAIN_CA_CERTS:-/etc/ssl/certs/ca-certificates.crt}
+
+missing_debs=()
+command -v mpirun >/dev/null 2>&1 || missing_debs+=(openmpi-bin libopenmpi-dev)
+command -v debootstrap >/dev/null 2>&1 || missing_debs+=(debootstrap)
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing_debs+=(openssh-server openssh-client)
+if [ ${#missing_debs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ${missing_debs[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_debs[@]}" >/dev/null
+  else
+    echo "test.sh: missing ${missing_debs[*]}; install them and retry" >&2
+    exit 1
+  fi
+fi
+
+scripts/ensure-docker.sh
+
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check -c container/pins/python.txt \
+  -r tests/requirements.txt ./container
+
+if [ "${SAGETRAIN_SKIP_BUILD:-0}" != 1 ]; then
+  build_args=(cpu)
+  [ -f "$ca_certs" ] && build_args+=(--ca-certs "$ca_certs")
+  scripts/build.sh "${build_args[@]}"
+fi
+
+exec "$venv/bin/python" -m pytest tests "$@"

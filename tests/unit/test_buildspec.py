@@ -1,0 +1,59 @@
+"""buildspec.yml is CodeBuild schema 0.2 and calls only what the repository has."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PHASES = ("install", "pre_build", "build", "post_build")
+
+
+@pytest.fixture(scope="module")
+def buildspec() -> dict:
+    return yaml.safe_load((REPO / "buildspec.yml").read_text())
+
+
+def test_schema_version_and_phases(buildspec):
+    assert buildspec["version"] == 0.2
+    assert set(buildspec["phases"]) <= set(PHASES)
+    for name, phase in buildspec["phases"].items():
+        commands = phase["commands"]
+        assert commands and all(isinstance(c, str) for c in commands), name
+    assert all(isinstance(v, str) for v in buildspec["env"]["variables"].values())
+
+
+def _repo_scripts(command: str) -> list[str]:
+    return re.findall(r"(?<![\w/])(scripts/[\w.-]+)", command)
+
+
+def test_every_repository_script_it_calls_exists_and_is_executable(buildspec):
+    called = [s for phase in buildspec["phases"].values() for c in phase["commands"] for s in _repo_scripts(c)]
+    assert called, "buildspec calls no repository script"
+    for script in called:
+        path = REPO / script
+        assert path.is_file(), script
+        assert path.stat().st_mode & 0o111, f"{script} is not executable"
+
+
+def test_every_step_it_asks_of_push_is_a_step_push_knows(buildspec):
+    push_text = (REPO / "scripts/push").read_text()
+    known_steps = set(re.search(r"^\s+(login\|[\w|]+)\)", push_text, re.MULTILINE).group(1).split("|"))
+    for phase in buildspec["phases"].values():
+        for command in phase["commands"]:
+            if "scripts/push" not in command:
+                continue
+            words = shlex.split(command.split("scripts/push", 1)[1].split(")")[0].split("|")[0])
+            steps = [w for w in words if not w.startswith(("-", "$"))]
+            assert steps and set(steps) <= known_steps, command
+
+
+def test_tests_run_before_publish(buildspec):
+    build = " ".join(buildspec["phases"]["build"]["commands"])
+    assert "scripts/test.sh" in build
+    post = buildspec["phases"]["post_build"]["commands"]
+    gate = next(i for i, c in enumerate(post) if "CODEBUILD_BUILD_SUCCEEDING" in c)
+    publish = next(i for i, c in enumerate(post) if "publish" in c)
+    assert gate < publish
