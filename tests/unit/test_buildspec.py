@@ -30,7 +30,8 @@ def _repo_scripts(command: str) -> list[str]:
 
 
 def test_every_repository_script_it_calls_exists_and_is_executable(buildspec):
-    called = [s for phase in buildspec["phases"].values() for c in phase["commands"] for s in _repo_scripts(c)]
+    commands = [c for phase in buildspec["phases"].values() for c in phase["commands"]]
+    called = [script for command in commands for script in _repo_scripts(command)]
     assert called, "buildspec calls no repository script"
     for script in called:
         path = REPO / script

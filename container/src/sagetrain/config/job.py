@@ -1,0 +1,51 @@
+"""The whole job configuration, read once and validated into frozen values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sagetrain.config.channels import Channel, check_channel_folders, parse_channels
+from sagetrain.config.files import read_json_object
+from sagetrain.config.hyperparameters import JobSettings, decode_hyperparameters, parse_settings
+from sagetrain.config.paths import Paths
+from sagetrain.config.resources import ResourceConfig, parse_resource_config
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    paths: Paths
+    resources: ResourceConfig
+    settings: JobSettings
+    channels: tuple[Channel, ...]
+    # The files' contents, as the toolkit's Environment wants them (validated above).
+    raw_resource_config: dict[str, Any]
+    raw_input_data_config: dict[str, Any]
+    hyperparameters: dict[str, Any]  # decoded, all keys
+
+    @property
+    def toolkit_hyperparameters(self) -> dict[str, Any]:
+        """What sagemaker_training may see: everything but our own ``sagetrain_*`` keys."""
+        return {k: v for k, v in self.hyperparameters.items() if not k.startswith("sagetrain_")}
+
+
+def load_job_config(root: Path, *, check_channels: bool = True) -> JobConfig:
+    paths = Paths(root)
+    raw_resources = read_json_object(paths.resource_config)
+    resources = parse_resource_config(raw_resources, paths.resource_config)
+    hyperparameters = decode_hyperparameters(read_json_object(paths.hyperparameters, required=False))
+    settings = parse_settings(hyperparameters, paths.hyperparameters)
+    raw_channels = read_json_object(paths.input_data_config, required=False)
+    channels = parse_channels(raw_channels, paths.data_dir, paths.input_data_config)
+    if check_channels:
+        check_channel_folders(channels, paths.input_data_config)
+    return JobConfig(
+        paths=paths,
+        resources=resources,
+        settings=settings,
+        channels=channels,
+        raw_resource_config=raw_resources,
+        raw_input_data_config=raw_channels,
+        hyperparameters=hyperparameters,
+    )

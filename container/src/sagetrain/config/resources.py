@@ -1,0 +1,73 @@
+"""resourceconfig.json: who am I, who else is in the job, which instance groups exist."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sagetrain.errors import UserError
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    name: str
+    instance_type: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResourceConfig:
+    current_host: str
+    hosts: tuple[str, ...]
+    current_instance_type: str
+    current_group_name: str
+    instance_groups: tuple[InstanceGroup, ...]
+    network_interface_name: str | None
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        return len(self.instance_groups) > 1
+
+
+def _host_list(value: Any, source: str, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(h, str) and h for h in value):
+        raise UserError(f"{source} field {field} must be a list of host names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise UserError(f"{source} field {field} lists a host twice: {value!r}")
+    return tuple(value)
+
+
+def parse_resource_config(raw: Mapping[str, Any], source: Path) -> ResourceConfig:
+    hosts = _host_list(raw.get("hosts"), str(source), "hosts")
+    if not hosts:
+        raise UserError(f"{source} field hosts is empty; it must list every host of the job")
+    current = raw.get("current_host")
+    if not isinstance(current, str) or not current:
+        raise UserError(f"{source} field current_host must be a host name, got {current!r}")
+    if current not in hosts:
+        raise UserError(f"{source} field current_host {current!r} is not in hosts {list(hosts)}")
+    groups = []
+    for index, group in enumerate(raw.get("instance_groups") or []):
+        where = f"instance_groups[{index}]"
+        if not isinstance(group, dict) or not isinstance(group.get("instance_group_name"), str):
+            raise UserError(f"{source} field {where} must be an object with instance_group_name")
+        group_hosts = _host_list(group.get("hosts"), str(source), f"{where}.hosts")
+        stray = [h for h in group_hosts if h not in hosts]
+        if stray:
+            raise UserError(f"{source} field {where}.hosts names hosts that are not in hosts: {stray}")
+        groups.append(
+            InstanceGroup(group["instance_group_name"], str(group.get("instance_type", "local")), group_hosts)
+        )
+    interface = raw.get("network_interface_name")
+    if interface is not None and not isinstance(interface, str):
+        raise UserError(f"{source} field network_interface_name must be a string, got {interface!r}")
+    return ResourceConfig(
+        current_host=current,
+        hosts=hosts,
+        current_instance_type=str(raw.get("current_instance_type", "local")),
+        current_group_name=str(raw.get("current_group_name", "homogeneousCluster")),
+        instance_groups=tuple(groups),
+        network_interface_name=interface or None,
+    )

@@ -1,0 +1,34 @@
+"""One deadline object for every wait: remaining() for Event/Queue waits, a message naming the activity."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Deadline:
+    seconds: float
+    activity: str
+    hint: str = ""
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
+    started_at: float = field(default=-1.0, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.started_at < 0:
+            object.__setattr__(self, "started_at", self.clock())
+
+    def remaining(self) -> float:
+        return max(0.0, self.started_at + self.seconds - self.clock())
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+    def timeout_message(self, detail: str = "") -> str:
+        message = f"timed out after {self.seconds:g} s waiting for {self.activity}"
+        if detail:
+            message += f" ({detail})"
+        if self.hint:
+            message += f"; {self.hint}"
+        return message

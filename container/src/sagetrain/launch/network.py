@@ -1,0 +1,59 @@
+"""Which network interface the job's traffic uses. The choice is pure; asking the kernel is the edge."""
+
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+from collections.abc import Mapping
+
+from sagetrain.errors import PlatformError
+
+_SIOCGIFADDR = 0x8915
+
+
+def interface_addresses() -> dict[str, str]:
+    """IPv4 address of every interface that has one."""
+    addresses = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address
+            addresses[name] = socket.inet_ntoa(packed[20:24])
+    return addresses
+
+
+def local_address_towards(host: str, port: int = 9) -> str | None:
+    """The local address the kernel would use to reach ``host`` (a UDP connect sends nothing)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))
+            return probe.getsockname()[0]
+    except OSError:
+        return None
+
+
+def choose_interface(
+    requested: str, addresses: Mapping[str, str], route_address: str | None, peer: str
+) -> tuple[str, str | None]:
+    """(interface, warning): the requested one if it exists, else the one that routes to ``peer``."""
+    if requested in addresses:
+        return requested, None
+    for name, address in addresses.items():
+        if address == route_address and name != "lo":
+            return (
+                name,
+                f"network interface {requested} does not exist on this host; "
+                f"using {name}, which routes to {peer}",
+            )
+    candidates = [name for name in addresses if name != "lo"]
+    if candidates:
+        return candidates[0], (
+            f"network interface {requested} does not exist on this host and no interface routes to {peer}; "
+            f"using {candidates[0]}"
+        )
+    raise PlatformError(
+        f"network interface {requested} does not exist on this host and there is no other one"
+    )

@@ -1,0 +1,110 @@
+"""One process abstraction: start / poll / wait(timeout) / terminate the whole tree with a grace period.
+
+Every child starts in its own session, so its process group holds everything it starts (mpirun's ranks,
+a shell's commands) and one killpg reaches the tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from sagetrain.errors import exit_code_of_returncode
+
+log = logging.getLogger(__name__)
+
+TERMINATION_GRACE_SECONDS = 5.0  # SageMaker's local mode SIGKILLs 10 s after SIGTERM
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent_hook() -> Callable[[], None]:
+    """A preexec hook: the child gets SIGTERM when its parent dies; no orphan outlives a killed launcher."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork: the child only calls it
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the hook ran
+            os._exit(128 + signal.SIGTERM)
+
+    return hook
+
+
+class ManagedProcess:
+    def __init__(self, popen: subprocess.Popen, name: str) -> None:
+        self._popen = popen
+        self.name = name
+
+    @classmethod
+    def start(
+        cls,
+        argv: Sequence[str],
+        *,
+        name: str,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
+    ) -> ManagedProcess:
+        popen = subprocess.Popen(
+            list(argv),
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            # The hook only calls prctl (no imports, no locks), so it is safe next to our threads.
+            preexec_fn=_die_with_parent_hook(),
+        )
+        return cls(popen, name)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def popen(self) -> subprocess.Popen:
+        return self._popen
+
+    def poll(self) -> int | None:
+        code = self._popen.poll()
+        return None if code is None else exit_code_of_returncode(code)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return exit_code_of_returncode(self._popen.wait(timeout))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal_tree(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
+            os.killpg(self._popen.pid, signum)
+
+    def terminate_tree(self, grace: float = TERMINATION_GRACE_SECONDS) -> int:
+        """SIGTERM the tree, SIGKILL whatever is left after ``grace`` seconds; the main process's code."""
+        self.signal_tree(signal.SIGTERM)
+        code = self.wait(grace)
+        if code is None:
+            log.warning("%s did not stop within %g s of SIGTERM; killing it", self.name, grace)
+        # Stragglers of the group (e.g. ranks whose parent exited) are killed either way.
+        self.signal_tree(signal.SIGKILL)
+        return code if code is not None else int(self.wait())
+
+    def on_exit(self, callback: Callable[[ManagedProcess, int], None]) -> threading.Thread:
+        """Call ``callback(self, exit_code)`` from a watcher thread when the process exits."""
+
+        def watch() -> None:
+            callback(self, int(self.wait()))
+
+        thread = threading.Thread(target=watch, name=f"watch-{self.name}", daemon=True)
+        thread.start()
+        return thread

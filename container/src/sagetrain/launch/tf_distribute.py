@@ -1,0 +1,167 @@
+"""The TF_CONFIG engines: one program per host (plus a parameter server task for PS).
+
+Every non-master host reports how its program ended; the master decides the verdict and broadcasts it.
+Multi-worker mirrored needs every host's program to succeed. With parameter servers the chief decides
+success (TF2 workers usually block in ``server.join()``); any failure ends the job at once. Parameter
+server tasks and programs still running are then stopped, so the job never hangs at its end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from sagetrain.deadline import Deadline
+from sagetrain.errors import ExitCode, SagetrainError
+from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer
+from sagetrain.launch.events import (
+    EventQueue,
+    HostLost,
+    HostOutcome,
+    MasterLost,
+    ProcessExited,
+    RankFailed,
+    VerdictReceived,
+)
+from sagetrain.launch.job import (
+    VERDICT_DELIVERY_SECONDS,
+    JobSpec,
+    start_program,
+    verdict_for_exit,
+    wait_for_hosts,
+)
+from sagetrain.launch.process import ManagedProcess
+from sagetrain.plan.model import Engine, Plan, Role
+from sagetrain.plan.tf_config import TaskType, tf_config
+from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict
+
+log = logging.getLogger(__name__)
+
+PS_SERVER_MODULE = "sagetrain.launch.ps_server"
+
+
+def decisive_hosts(plan: Plan) -> tuple[str, ...]:
+    """The hosts whose success ends the job successfully."""
+    return (plan.master,) if plan.engine is Engine.PARAMETER_SERVER else plan.hosts
+
+
+def decide(plan: Plan, outcomes: dict[str, Verdict], failure: RankFailure | None) -> Verdict | None:
+    """The job's verdict from the outcomes so far; None while it is still running. Pure."""
+    for verdict in outcomes.values():
+        if not verdict.succeeded:
+            return failure.verdict() if failure is not None else verdict
+    if all(host in outcomes for host in decisive_hosts(plan)):
+        return SUCCESS
+    return None
+
+
+def _program_env(spec: JobSpec, coordinator: str) -> dict[str, str]:
+    plan = spec.plan
+    return {
+        **spec.env,
+        "TF_CONFIG": json.dumps(tf_config(plan, plan.current_host)),
+        "SAGETRAIN_COORDINATOR": coordinator,
+        "SAGETRAIN_RANK": str(plan.hosts.index(plan.current_host)),
+        "SAGETRAIN_SIZE": str(len(plan.hosts)),
+        "SAGETRAIN_LOCAL_RANK": "0",
+        "SAGETRAIN_LOCAL_SIZE": "1",
+    }
+
+
+def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
+    plan = spec.plan
+    events = EventQueue()
+    is_master = plan.role is Role.MASTER
+    server: CoordinatorServer | None = None
+    client: CoordinatorClient | None = None
+    processes: list[ManagedProcess] = []
+    try:
+        if is_master:
+            bind = ("0.0.0.0", plan.coordinator_port) if plan.multi_host else ("127.0.0.1", 0)
+            server = CoordinatorServer(
+                events, plan.workers, lambda hello: {}, bind_address=bind[0], port=bind[1]
+            )
+            port = server.start()
+            coordinator = f"{plan.master}:{port}"
+            wait_for_hosts(
+                events,
+                plan.workers,
+                until_ready=False,
+                deadline=spec.worker_wait(f"worker hosts to join master host {plan.master} on port {port}"),
+            )
+        else:
+            client = CoordinatorClient(events, plan.master, plan.coordinator_port, plan.current_host)
+            client.join(
+                {},
+                spec.worker_wait(
+                    f"master host {plan.master} to accept this host on port {plan.coordinator_port}"
+                ),
+            )
+            client.listen()
+            coordinator = f"{plan.master}:{plan.coordinator_port}"
+        if plan.engine is Engine.PARAMETER_SERVER:
+            env = {**spec.env, "TF_CONFIG": json.dumps(tf_config(plan, plan.current_host, TaskType.PS))}
+            ps = ManagedProcess.start([python, "-m", PS_SERVER_MODULE], name="ps", env=env)
+            ps.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
+            processes.append(ps)
+        processes.append(start_program(spec, _program_env(spec, coordinator), events))
+        verdict = _master_loop(spec, events) if is_master else _worker_loop(spec, events, client)
+    except SagetrainError as error:
+        verdict = Verdict(error.exit_code, error.cause)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate_tree()
+        if client is not None:
+            client.close()
+    if server is not None:
+        server.broadcast(verdict)
+        still = server.wait_until_disconnected(
+            Deadline(VERDICT_DELIVERY_SECONDS, "workers to receive the verdict")
+        )
+        if still:
+            log.warning("hosts %s did not confirm the verdict", ", ".join(still))
+        server.close()
+    return verdict
+
+
+def _master_loop(spec: JobSpec, events: EventQueue) -> Verdict:
+    plan = spec.plan
+    outcomes: dict[str, Verdict] = {}
+    failure: RankFailure | None = None
+    while True:
+        event = events.get()
+        if isinstance(event, RankFailed):
+            failure = failure or event.failure
+        elif isinstance(event, ProcessExited):
+            if event.name == "ps":
+                what = f"the parameter server task on host {plan.current_host}"
+                outcomes.setdefault(
+                    plan.current_host, verdict_for_exit(spec, event.exit_code or 1, None, what=what)
+                )
+            else:
+                outcomes[plan.current_host] = verdict_for_exit(spec, event.exit_code, None)
+        elif isinstance(event, HostOutcome):
+            outcomes.setdefault(event.host, event.verdict)
+        elif isinstance(event, HostLost) and event.host not in outcomes:
+            return Verdict(ExitCode.PLATFORM_ERROR, f"lost host {event.host} ({event.reason})")
+        verdict = decide(plan, outcomes, failure)
+        if verdict is not None:
+            return verdict
+
+
+def _worker_loop(spec: JobSpec, events: EventQueue, client: CoordinatorClient | None) -> Verdict:
+    assert client is not None
+    plan = spec.plan
+    while True:
+        event = events.get()
+        if isinstance(event, VerdictReceived):
+            return event.verdict
+        if isinstance(event, MasterLost):
+            return Verdict(
+                ExitCode.PLATFORM_ERROR, f"lost contact with master host {plan.master} ({event.reason})"
+            )
+        if isinstance(event, ProcessExited):
+            what = f"the parameter server task on host {plan.current_host}" if event.name == "ps" else None
+            outcome = verdict_for_exit(spec, event.exit_code or (1 if what else 0), None, what=what)
+            client.send({"type": "outcome", "verdict": outcome.to_message()})

@@ -1,0 +1,6 @@
+"""Pure planning: (configuration, devices) → which engine, where, how many processes, what command."""
+
+from sagetrain.plan.model import Engine, Plan, Role
+from sagetrain.plan.planner import make_plan
+
+__all__ = ["Engine", "Plan", "Role", "make_plan"]

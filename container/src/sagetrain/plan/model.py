@@ -1,0 +1,65 @@
+"""The plan: frozen values a launcher executes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Engine(Enum):
+    """How the user's program is distributed. The value is what ``SAGETRAIN_ENGINE`` carries."""
+
+    SINGLE = "single"
+    HOROVOD = "horovod"  # OpenMPI mpirun; Horovod, mpi4py or any MPI program
+    MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # TF_CONFIG, one process per host
+    PARAMETER_SERVER = "parameter_server"  # TF_CONFIG with chief/worker/ps tasks
+
+    @property
+    def uses_tf_config(self) -> bool:
+        return self in (Engine.MULTI_WORKER_MIRRORED, Engine.PARAMETER_SERVER)
+
+
+class Role(Enum):
+    """This host's part in the job.
+
+    MASTER runs the coordinator and (for MPI) mpirun; WORKER joins the master's coordinator;
+    STANDALONE is a host outside the distribution instance groups, running the program on its own.
+    """
+
+    MASTER = "master"
+    WORKER = "worker"
+    STANDALONE = "standalone"
+
+
+@dataclass(frozen=True)
+class Plan:
+    engine: Engine
+    hosts: tuple[str, ...]  # the hosts that train together, master first
+    master: str
+    current_host: str
+    role: Role
+    processes_per_host: int
+    total_processes: int
+    interface: str  # as requested; the launcher resolves it against this host's interfaces
+    coordinator_port: int
+    ssh_port: int
+    worker_wait_seconds: float
+    tf_config_port: int
+    ps_port: int
+    custom_mpi_options: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()  # why this engine and counts, for the log and the dry run
+
+    @property
+    def multi_host(self) -> bool:
+        return len(self.hosts) > 1
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return tuple(h for h in self.hosts if h != self.master)
+
+    def processes_on(self, host: str) -> int:
+        """How many ranks run on ``host`` (MPI fills hosts in order, ``-map-by slot``)."""
+        if host not in self.hosts:
+            return 0
+        before = self.hosts.index(host) * self.processes_per_host
+        return max(0, min(self.processes_per_host, self.total_processes - before))

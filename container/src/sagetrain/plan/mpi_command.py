@@ -1,0 +1,133 @@
+"""The mpirun argument list: our defaults, then ``sagemaker_mpi_custom_mpi_options``, which override them.
+
+OpenMPI refuses an MCA parameter given twice on one command line, so "override" means: a default whose
+option the custom options also give is dropped, then the custom options are appended as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sagetrain.plan.model import Plan
+
+# Variables that belong to one process or to mpirun itself and must not be copied to every rank.
+_NOT_FORWARDED = frozenset(
+    {"HOSTNAME", "HOME", "PWD", "OLDPWD", "SHLVL", "_", "TERM", "SHELL", "USER", "LOGNAME"}
+)
+_NOT_FORWARDED_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "SSH_", "BASH_FUNC_")
+_FLAG_ALIASES = {"n": "np", "c": "np", "host": "H", "bind-to": "bind-to", "map-by": "map-by"}
+_FLAGS_WITH_VALUE = frozenset({"np", "H", "hostfile", "bind-to", "map-by", "rank-by", "npernode", "x", "mca"})
+
+
+@dataclass(frozen=True)
+class SshSetup:
+    """How mpirun reaches other hosts: our key, our known_hosts, the workers' sshd port."""
+
+    identity_file: Path
+    known_hosts_file: Path
+    port: int
+
+    def rsh_args(self) -> str:
+        return " ".join(
+            [
+                "-p",
+                str(self.port),
+                "-i",
+                str(self.identity_file),
+                "-o",
+                f"UserKnownHostsFile={self.known_hosts_file}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=30",
+                "-o",
+                "LogLevel=ERROR",
+            ]
+        )
+
+
+def forwarded_env_names(env: Mapping[str, str]) -> list[str]:
+    return sorted(
+        name for name in env if name not in _NOT_FORWARDED and not name.startswith(_NOT_FORWARDED_PREFIXES)
+    )
+
+
+def _option_key(tokens: Sequence[str], index: int) -> tuple[tuple[str, str], int]:
+    """The identity of the option starting at ``tokens[index]`` and how many tokens it spans."""
+    name = tokens[index].lstrip("-")
+    name = _FLAG_ALIASES.get(name, name)
+    if name == "mca" and index + 1 < len(tokens):
+        return ("mca", tokens[index + 1]), 3
+    if name == "x" and index + 1 < len(tokens):
+        return ("x", tokens[index + 1].split("=", 1)[0]), 2
+    if name in _FLAGS_WITH_VALUE:
+        return ("flag", name), 2
+    return ("flag", name), 1
+
+
+def option_keys(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    keys = set()
+    index = 0
+    while index < len(tokens):
+        if tokens[index].startswith("-"):
+            key, span = _option_key(tokens, index)
+            keys.add(key)
+            index += span
+        else:
+            index += 1
+    return keys
+
+
+def host_list(plan: Plan) -> str:
+    if not plan.multi_host:
+        # One host: mpirun starts ranks locally; the SageMaker host name need not resolve to itself.
+        return f"localhost:{plan.processes_per_host}"
+    return ",".join(f"{host}:{plan.processes_per_host}" for host in plan.hosts)
+
+
+def mpirun_command(
+    plan: Plan,
+    *,
+    interface: str,
+    env_names: Iterable[str],
+    rank_argv: Sequence[str],
+    ssh: SshSetup | None,
+    mpirun: str = "mpirun",
+) -> list[str]:
+    env_names = list(env_names)
+    defaults: list[list[str]] = [
+        ["-np", str(plan.total_processes)],
+        ["-H", host_list(plan)],
+        ["--allow-run-as-root"],
+        ["--tag-output"],
+    ]
+    if plan.multi_host:
+        defaults += [
+            ["-mca", "btl_tcp_if_include", interface],
+            ["-mca", "oob_tcp_if_include", interface],
+        ]
+        if ssh is not None:
+            defaults += [
+                ["-mca", "plm_rsh_agent", "ssh"],
+                ["-mca", "plm_rsh_args", ssh.rsh_args()],
+                # Only the master holds our key and known_hosts: orted must not ssh onwards (tree spawn).
+                ["-mca", "plm_rsh_no_tree_spawn", "1"],
+            ]
+        if "NCCL_SOCKET_IFNAME" not in env_names:
+            defaults.append(["-x", f"NCCL_SOCKET_IFNAME={interface}"])
+    defaults += [["-x", name] for name in env_names]
+    defaults += [["-bind-to", "none"], ["-map-by", "slot"]]
+
+    overridden = option_keys(plan.custom_mpi_options)
+    command = [mpirun]
+    for option in defaults:
+        key, _ = _option_key(option, 0)
+        if key not in overridden:
+            command += option
+    command += plan.custom_mpi_options
+    command += list(rank_argv)
+    return command

@@ -1,0 +1,96 @@
+"""What a job ended with, and how a failing rank is described in one sentence."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from sagetrain.errors import ExitCode
+
+
+@dataclass(frozen=True)
+class Verdict:
+    exit_code: int
+    cause: str = ""  # one plain sentence; empty on success
+    detail: str = ""  # traceback, last output lines
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == ExitCode.SUCCESS
+
+    def to_message(self) -> dict[str, Any]:
+        return {"exit_code": self.exit_code, "cause": self.cause, "detail": self.detail}
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Verdict:
+        return cls(int(message["exit_code"]), str(message.get("cause", "")), str(message.get("detail", "")))
+
+
+SUCCESS = Verdict(ExitCode.SUCCESS)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """A rank's own account of its failure, sent by the rank launcher to the master."""
+
+    rank: int
+    host: str
+    exit_code: int  # 128+N when killed by signal N
+    program: str
+    message: str = ""  # from the program's SAGETRAIN_ERROR_FILE
+    traceback: str = ""
+    last_lines: tuple[str, ...] = field(default=())
+
+    def to_message(self) -> dict[str, Any]:
+        return {
+            "type": "rank_failure",
+            "rank": self.rank,
+            "host": self.host,
+            "exit_code": self.exit_code,
+            "program": self.program,
+            "message": self.message,
+            "traceback": self.traceback,
+            "last_lines": list(self.last_lines),
+        }
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> RankFailure:
+        return cls(
+            rank=int(message["rank"]),
+            host=str(message["host"]),
+            exit_code=int(message["exit_code"]),
+            program=str(message.get("program", "the program")),
+            message=str(message.get("message", "")),
+            traceback=str(message.get("traceback", "")),
+            last_lines=tuple(str(line) for line in message.get("last_lines", [])),
+        )
+
+    def cause(self) -> str:
+        where = f"on rank {self.rank} (host {self.host})"
+        if self.exit_code > 128:
+            name = signal_name(self.exit_code - 128)
+            text = f"{self.program} was killed by {name} {where}"
+            if self.exit_code - 128 == signal.SIGKILL:
+                text += "; the host may have run out of memory"
+        else:
+            text = f"{self.program} exited with code {self.exit_code} {where}"
+        return f"{text}: {self.message}" if self.message else text
+
+    def detail(self) -> str:
+        parts = []
+        if self.traceback:
+            parts.append(self.traceback.rstrip())
+        if self.last_lines:
+            parts.append(f"Last lines printed by rank {self.rank}:\n" + "\n".join(self.last_lines))
+        return "\n\n".join(parts)
+
+    def verdict(self) -> Verdict:
+        return Verdict(self.exit_code, self.cause(), self.detail())

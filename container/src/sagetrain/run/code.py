@@ -1,0 +1,63 @@
+"""Locate the user's code and install what it needs (on every host, before launch)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from sagetrain.config.hyperparameters import JobSettings
+from sagetrain.config.paths import Paths
+from sagetrain.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+def _is_archive(location: str) -> bool:
+    return location.startswith("s3://") or location.endswith((".tar.gz", ".tgz"))
+
+
+def locate_code(paths: Paths, settings: JobSettings) -> Path:
+    """The folder holding the program: /opt/ml/code, or sagemaker_submit_directory unpacked there."""
+    source = settings.submit_directory
+    if not source:
+        return paths.code_dir
+    if not _is_archive(source):
+        folder = Path(source)
+        if not folder.is_dir():
+            raise UserError(
+                f"hyperparameter sagemaker_submit_directory {source!r} is not a folder, "
+                "a .tar.gz or an s3:// URI"
+            )
+        return folder
+    if not source.startswith("s3://") and not Path(source).is_file():
+        raise UserError(f"hyperparameter sagemaker_submit_directory {source!r} does not exist")
+    # The toolkit's own download (S3 client, safe tar extraction); imported here because it pulls in boto3.
+    from sagemaker_training import files
+
+    try:
+        files.download_and_extract(source, str(paths.code_dir))
+    except Exception as error:  # boto3 and tarfile raise many types; all mean the same to the user
+        raise UserError(f"cannot fetch sagemaker_submit_directory {source}: {error}") from None
+    return paths.code_dir
+
+
+def _pip(args: list[str], code_dir: Path, what: str) -> None:
+    command = [sys.executable, "-m", "pip", "install", "--no-input", *args]
+    log.info("installing %s: %s", what, " ".join(command))
+    result = subprocess.run(command, cwd=code_dir, check=False)
+    if result.returncode != 0:
+        raise UserError(
+            f"installing {what} failed (pip exit code {result.returncode}); see pip's messages above"
+        )
+
+
+def install_requirements(code_dir: Path) -> None:
+    requirements = code_dir / "requirements.txt"
+    if requirements.is_file():
+        _pip(["-r", str(requirements)], code_dir, str(requirements))
+
+
+def install_package(code_dir: Path) -> None:
+    _pip([str(code_dir)], code_dir, f"the package in {code_dir}")

@@ -1,0 +1,142 @@
+"""Helpers for host integration tests: a SageMaker /opt/ml tree in a temp folder, and the real entry.
+
+The entry runs as a real process (``python -m sagetrain train``, what the image's ``train`` runs), with
+``SAGEMAKER_BASE_DIR`` pointing at the tree and a private ``SAGETRAIN_RUN_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SRC = REPO / "container" / "src"
+STOP_GRACE_SECONDS = 10.0
+_started: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def stop_leftover_entries():
+    """An entry a failed test left running gets SIGTERM, so it stops its own process tree too."""
+    yield
+    while _started:
+        process = _started.pop()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@dataclass
+class JobTree:
+    root: Path
+    run_dir: Path
+
+    @property
+    def failure(self) -> Path:
+        return self.root / "output" / "failure"
+
+    @property
+    def success(self) -> Path:
+        return self.root / "output" / "success"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    def write_config(self, name: str, value: object) -> None:
+        path = self.root / "input" / "config" / name
+        path.write_text(value if isinstance(value, str) else json.dumps(value))
+
+    def write_code(self, name: str, text: str) -> Path:
+        path = self.root / "code" / name
+        path.write_text(text)
+        return path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGETRAIN_", "OMPI_", "PMIX_"))
+        }
+        env.update(
+            {
+                "SAGEMAKER_BASE_DIR": str(self.root),
+                "SAGETRAIN_RUN_DIR": str(self.run_dir),
+                "PYTHONPATH": str(SRC),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(extra)
+        return env
+
+    def start(self, **extra: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sagetrain", "train"],
+            env=self.env(**extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        _started.append(process)
+        return process
+
+    def run(self, **extra: str) -> tuple[int, str]:
+        process = self.start(**extra)
+        output, _ = process.communicate()
+        return process.returncode, output
+
+
+def make_tree(
+    base: Path,
+    name: str,
+    *,
+    hosts: list[str],
+    current: str,
+    hyperparameters: dict[str, str],
+    channels: dict | None = None,
+) -> JobTree:
+    root = base / name / "opt" / "ml"
+    for folder in ("input/config", "code", "model", "input/data"):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+    tree = JobTree(root, base / name / "run")
+    tree.write_config(
+        "resourceconfig.json", {"current_host": current, "hosts": hosts, "network_interface_name": "eth0"}
+    )
+    tree.write_config("hyperparameters.json", hyperparameters)
+    tree.write_config("inputdataconfig.json", channels or {})
+    for channel in channels or {}:
+        (root / "input" / "data" / channel).mkdir(exist_ok=True)
+    return tree
+
+
+@pytest.fixture
+def job(tmp_path):
+    """A one-host job tree (host algo-1-abcde, like SageMaker local mode names hosts)."""
+
+    def build(hyperparameters: dict[str, str], **kwargs) -> JobTree:
+        kwargs.setdefault("hosts", ["algo-1-abcde"])
+        kwargs.setdefault("current", kwargs["hosts"][0])
+        return make_tree(tmp_path, kwargs.pop("name", "host"), hyperparameters=hyperparameters, **kwargs)
+
+    return build
+
+
+@pytest.fixture
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def encode(value: object) -> str:
+    """A hyperparameter value as SageMaker writes it: JSON-encoded."""
+    return json.dumps(value)

@@ -1,0 +1,71 @@
+"""Bad input: each case ends quickly with one clear sentence in the failure file and exit code 1."""
+
+import pytest
+from conftest import encode
+
+GOOD = {"sagemaker_program": encode("train.py")}
+
+
+def remove_resource_config(tree):
+    (tree.root / "input" / "config" / "resourceconfig.json").unlink()
+
+
+CASES = {
+    "missing resourceconfig.json": (GOOD, remove_resource_config, "resourceconfig.json is missing"),
+    "garbled hyperparameters.json": (
+        GOOD,
+        lambda t: t.write_config("hyperparameters.json", '{"sagemaker_program": "\\"train.py\\"",'),
+        "hyperparameters.json is not valid JSON (line 1, column",
+    ),
+    "current_host not in hosts": (
+        GOOD,
+        lambda t: t.write_config(
+            "resourceconfig.json", {"current_host": "algo-3", "hosts": ["algo-1", "algo-2"]}
+        ),
+        "field current_host 'algo-3' is not in hosts ['algo-1', 'algo-2']",
+    ),
+    "empty hosts": (
+        GOOD,
+        lambda t: t.write_config("resourceconfig.json", {"current_host": "algo-1", "hosts": []}),
+        "field hosts is empty",
+    ),
+    "integer hyperparameter that is not an integer": (
+        {**GOOD, "sagemaker_mpi_enabled": "true", "sagemaker_mpi_num_of_processes_per_host": '"two"'},
+        None,
+        "field sagemaker_mpi_num_of_processes_per_host must be an integer >= 1, got 'two'",
+    ),
+    "missing sagemaker_program": ({"epochs": "2"}, None, "hyperparameters.json has no sagemaker_program"),
+    "program file absent": (
+        {"sagemaker_program": encode("trian.py")},
+        None,
+        "sagemaker_program 'trian.py' does not exist: there is no file",
+    ),
+    "channel declared but folder missing": (
+        GOOD,
+        lambda t: t.write_config("inputdataconfig.json", {"validation": {"TrainingInputMode": "File"}}),
+        "declares channel 'validation' but its folder",
+    ),
+    "SMDDP requested": (
+        {**GOOD, "sagemaker_distributed_dataparallel_enabled": "true"},
+        None,
+        "SMDDP is not in this image; use Horovod (default)",
+    ),
+}
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_fails_fast_with_one_sentence(job, case):
+    hyperparameters, spoil, expected = CASES[case]
+    tree = job(hyperparameters)
+    tree.write_code("train.py", "raise SystemExit('the program must not run')\n")
+    if spoil:
+        spoil(tree)
+    code, output = tree.run()
+    assert code == 1, output
+    lines = tree.failure.read_text().splitlines()
+    assert len(lines) == 1
+    assert expected in lines[0]
+    assert not lines[0].startswith("Framework Error")
+    assert expected in output  # also on stderr, for the job's log
+    assert not tree.success.exists()

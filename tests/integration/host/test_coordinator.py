@@ -1,0 +1,82 @@
+"""The coordinator over real loopback sockets: joining, rejection, lost peers, rank reports."""
+
+import pytest
+from sagetrain.deadline import Deadline
+from sagetrain.errors import PlatformError, UserError
+from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer, send_rank_failure
+from sagetrain.launch.events import EventQueue, HostJoined, HostLost, MasterLost, RankFailed, VerdictReceived
+from sagetrain.report.verdict import RankFailure, Verdict
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def expect(events, kind):
+    deadline = Deadline(10, f"a {kind.__name__} event")
+    event = events.get(deadline)
+    assert isinstance(event, kind), (event, deadline.timeout_message())
+    return event
+
+
+@pytest.fixture
+def master():
+    events = EventQueue()
+    server = CoordinatorServer(
+        events, ["algo-2"], lambda hello: {"answer": hello["question"] * 2}, bind_address="127.0.0.1"
+    )
+    port = server.start()
+    yield events, server, port
+    server.close()
+
+
+def test_join_welcome_verdict_and_goodbye(master):
+    events, server, port = master
+    worker_events = EventQueue()
+    client = CoordinatorClient(worker_events, "127.0.0.1", port, "algo-2")
+    welcome = client.join({"question": 21}, Deadline(10, "the master"))
+    assert welcome == {"type": "welcome", "answer": 42}
+    assert expect(events, HostJoined).hello["question"] == 21
+    client.listen()
+    server.broadcast(Verdict(3, "rank 1 failed"))
+    assert expect(worker_events, VerdictReceived).verdict == Verdict(3, "rank 1 failed")
+    client.close()
+    assert server.wait_until_disconnected(Deadline(10, "the worker to hang up")) == []
+    assert events.get(Deadline(0.2, "no lost-host event after the verdict")) is None
+
+
+def test_unknown_host_is_rejected(master):
+    _, _, port = master
+    client = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-7")
+    with pytest.raises(UserError, match="host algo-7 is not one of this job's hosts"):
+        client.join({"question": 1}, Deadline(10, "the master"))
+
+
+def test_worker_that_drops_mid_job_is_a_lost_host(master):
+    events, _, port = master
+    client = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2")
+    client.join({"question": 1}, Deadline(10, "the master"))
+    expect(events, HostJoined)
+    client._connection.close()  # the host vanishes without a verdict
+    assert expect(events, HostLost).host == "algo-2"
+
+
+def test_master_that_goes_away_is_reported_to_the_worker(master):
+    _, server, port = master
+    worker_events = EventQueue()
+    client = CoordinatorClient(worker_events, "127.0.0.1", port, "algo-2")
+    client.join({"question": 1}, Deadline(10, "the master"))
+    client.listen()
+    server.close()
+    assert expect(worker_events, MasterLost).master == "127.0.0.1"
+
+
+def test_rank_failure_is_acknowledged_before_the_rank_exits(master):
+    events, _, port = master
+    failure = RankFailure(1, "algo-2", 3, "train.py", "boom", "", ("last",))
+    assert send_rank_failure("127.0.0.1", port, failure)
+    assert expect(events, RankFailed).failure == failure
+
+
+def test_joining_a_master_that_never_starts_times_out_naming_it():
+    client = CoordinatorClient(EventQueue(), "127.0.0.1", 9, "algo-2")  # nothing listens on port 9
+    with pytest.raises(PlatformError, match=r"timed out after 1 s waiting for the master at 127\.0\.0\.1:9"):
+        client.join({}, Deadline(1, "the master at 127.0.0.1:9"))

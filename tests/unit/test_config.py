@@ -1,0 +1,198 @@
+"""Config parsing: JSON-string hyperparameters, the files' validation, channels, devices."""
+
+import json
+from pathlib import Path
+
+import pytest
+from sagetrain.config import load_job_config
+from sagetrain.config.devices import count_listed_gpus, visible_gpu_count
+from sagetrain.config.hyperparameters import decode_hyperparameters, parse_settings, user_hyperparameters
+from sagetrain.errors import UserError
+
+
+def write_tree(root: Path, resources=None, hyperparameters=None, channels=None, raw=None):
+    config = root / "input" / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    files = {
+        "resourceconfig.json": resources
+        if resources is not None
+        else {"current_host": "algo-1", "hosts": ["algo-1"]},
+        "hyperparameters.json": hyperparameters
+        if hyperparameters is not None
+        else {"sagemaker_program": '"train.py"'},
+        "inputdataconfig.json": channels if channels is not None else {},
+    }
+    for name, value in files.items():
+        (config / name).write_text(json.dumps(value))
+    for name, text in (raw or {}).items():
+        (config / name).write_text(text)
+    return root
+
+
+def test_hyperparameters_are_json_decoded_like_the_toolkit():
+    decoded = decode_hyperparameters(
+        {
+            "epochs": "10",
+            "lr": "0.5",
+            "name": '"resnet"',
+            "flag": "true",
+            "plain": "not json",
+            "layers": "[1, 2]",
+        }
+    )
+    assert decoded == {
+        "epochs": 10,
+        "lr": 0.5,
+        "name": "resnet",
+        "flag": True,
+        "plain": "not json",
+        "layers": [1, 2],
+    }
+
+
+def test_user_hyperparameters_exclude_sdk_toolkit_and_our_keys():
+    decoded = {
+        "epochs": 3,
+        "sagemaker_program": "t.py",
+        "sagetrain_ssh_port": 2200,
+        "_tuning_objective_metric": "x",
+    }
+    assert user_hyperparameters(decoded) == {"epochs": 3}
+
+
+def test_settings_read_sdk_names_and_our_defaults(tmp_path):
+    settings = parse_settings(
+        decode_hyperparameters(
+            {
+                "sagemaker_program": '"train.py"',
+                "sagemaker_mpi_enabled": "true",
+                "sagemaker_mpi_num_of_processes_per_host": "4",
+                "sagemaker_mpi_custom_mpi_options": '"-x NCCL_DEBUG=INFO"',
+                "sagemaker_network_interface_name": '"eth1"',
+                "sagemaker_distribution_instance_groups": '["gpus"]',
+                "sagetrain_coordinator_port": "7100",
+            }
+        ),
+        tmp_path / "hyperparameters.json",
+    )
+    assert settings.program == "train.py"
+    assert settings.mpi_enabled is True
+    assert settings.mpi_processes_per_host == 4
+    assert settings.custom_mpi_options == "-x NCCL_DEBUG=INFO"
+    assert settings.network_interface_name == "eth1"
+    assert settings.distribution_instance_groups == ("gpus",)
+    assert settings.coordinator_port == 7100
+    assert settings.ssh_port == 22
+    assert settings.worker_wait_seconds == 600.0
+
+
+def test_integer_setting_that_is_not_an_integer_names_field_and_value(tmp_path):
+    with pytest.raises(UserError) as error:
+        parse_settings(
+            decode_hyperparameters({"sagemaker_mpi_num_of_processes_per_host": '"two"'}), tmp_path / "hp.json"
+        )
+    assert "sagemaker_mpi_num_of_processes_per_host must be an integer" in error.value.cause
+    assert "'two'" in error.value.cause
+
+
+def test_unknown_sagetrain_setting_is_refused(tmp_path):
+    with pytest.raises(UserError, match="unknown setting sagetrain_cordinator_port"):
+        parse_settings({"sagetrain_cordinator_port": 1}, tmp_path / "hp.json")
+
+
+def test_boolean_setting_accepts_json_and_text(tmp_path):
+    assert parse_settings({"sagemaker_mpi_enabled": "True"}, tmp_path / "hp.json").mpi_enabled is True
+    with pytest.raises(UserError, match="sagemaker_mpi_enabled must be true or false"):
+        parse_settings({"sagemaker_mpi_enabled": "yes please"}, tmp_path / "hp.json")
+
+
+def test_load_job_config_reads_everything(tmp_path):
+    (tmp_path / "input" / "data" / "train").mkdir(parents=True)
+    write_tree(
+        tmp_path,
+        resources={
+            "current_host": "algo-2-abcde",
+            "hosts": ["algo-1-abcde", "algo-2-abcde"],
+            "network_interface_name": "eth0",
+            "instance_groups": [
+                {
+                    "instance_group_name": "g",
+                    "instance_type": "ml.p4d.24xlarge",
+                    "hosts": ["algo-1-abcde", "algo-2-abcde"],
+                }
+            ],
+        },
+        channels={"train": {"TrainingInputMode": "File", "ContentType": "text/csv"}},
+    )
+    config = load_job_config(tmp_path)
+    assert config.resources.current_host == "algo-2-abcde"
+    assert config.resources.hosts == ("algo-1-abcde", "algo-2-abcde")
+    assert config.resources.instance_groups[0].instance_type == "ml.p4d.24xlarge"
+    assert config.channels[0].name == "train"
+    assert config.channels[0].path == tmp_path / "input" / "data" / "train"
+    assert config.settings.program == "train.py"
+
+
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        ({"current_host": "algo-9", "hosts": ["algo-1"]}, "current_host 'algo-9' is not in hosts"),
+        ({"current_host": "algo-1", "hosts": []}, "field hosts is empty"),
+        ({"current_host": "algo-1"}, "field hosts must be a list"),
+        ({"current_host": "algo-1", "hosts": ["algo-1", "algo-1"]}, "lists a host twice"),
+        ({"hosts": ["algo-1"]}, "field current_host must be a host name"),
+    ],
+)
+def test_bad_resource_config_names_the_field(tmp_path, resources, message):
+    write_tree(tmp_path, resources=resources)
+    with pytest.raises(UserError, match=message) as error:
+        load_job_config(tmp_path)
+    assert "resourceconfig.json" in error.value.cause
+
+
+def test_garbled_json_names_file_and_position(tmp_path):
+    write_tree(tmp_path, raw={"hyperparameters.json": '{"sagemaker_program": '})
+    with pytest.raises(UserError, match=r"hyperparameters.json is not valid JSON \(line 1, column"):
+        load_job_config(tmp_path)
+
+
+def test_missing_resource_config_is_a_user_error(tmp_path):
+    write_tree(tmp_path)
+    (tmp_path / "input" / "config" / "resourceconfig.json").unlink()
+    with pytest.raises(UserError, match=r"resourceconfig\.json is missing"):
+        load_job_config(tmp_path)
+
+
+def test_declared_channel_without_folder(tmp_path):
+    write_tree(tmp_path, channels={"train": {"TrainingInputMode": "File"}})
+    with pytest.raises(UserError, match=r"declares channel 'train' but its folder .* does not exist"):
+        load_job_config(tmp_path)
+    assert load_job_config(tmp_path, check_channels=False).channels[0].name == "train"
+
+
+def test_pipe_channel_needs_no_folder(tmp_path):
+    write_tree(tmp_path, channels={"train": {"TrainingInputMode": "Pipe"}})
+    assert load_job_config(tmp_path).channels[0].input_mode.value == "Pipe"
+
+
+@pytest.mark.parametrize(
+    ("listed", "nvidia", "cuda", "expected"),
+    [
+        (8, None, None, 8),
+        (8, "all", None, 8),
+        (8, "0,1", None, 2),
+        (8, None, "3", 1),
+        (8, "none", None, 0),
+        (8, None, "", 0),
+        (8, None, "-1", 0),
+        (0, "all", None, 0),
+    ],
+)
+def test_visible_gpu_count(listed, nvidia, cuda, expected):
+    assert visible_gpu_count(listed, nvidia, cuda) == expected
+
+
+def test_count_listed_gpus():
+    output = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)\nGPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-2)\n"
+    assert count_listed_gpus(output) == 2
+    assert count_listed_gpus("") == 0

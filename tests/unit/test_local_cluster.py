@@ -1,0 +1,366 @@
+"""Pure parts of scripts/local-cluster: SageMaker file contents, flag parsing, docker argument lists,
+tree writing and the job verdict. The docker-driving parts are tested in tests/container."""
+
+import importlib.machinery
+import importlib.util
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+RUNNER_PATH = Path(__file__).resolve().parents[2] / "scripts" / "local-cluster"
+
+
+def load_runner():
+    loader = importlib.machinery.SourceFileLoader("local_cluster", str(RUNNER_PATH))
+    spec = importlib.util.spec_from_loader("local_cluster", loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["local_cluster"] = module  # dataclasses resolve annotations through sys.modules
+    loader.exec_module(module)
+    return module
+
+
+lc = load_runner()
+
+
+def tree_spec(**overrides):
+    values = {
+        "hosts": ("algo-1", "algo-2"),
+        "code_dir": None,
+        "program": "train.py",
+        "job_name": "job-1",
+    }
+    values.update(overrides)
+    return lc.TreeSpec(**values)
+
+
+# -- hyperparameters ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("3", 3),
+        ("0.5", 0.5),
+        ("true", True),
+        ("null", None),
+        ("adam", "adam"),
+        ('"3"', "3"),
+        ("[1, 2]", [1, 2]),
+        ('{"a": 1}', {"a": 1}),
+        ("", ""),
+        ("a=b", "a=b"),
+    ],
+)
+def test_hp_value_is_json_when_it_parses_else_a_string(text, value):
+    assert lc.parse_hp_value(text) == value
+
+
+def test_hp_pairs_split_at_the_first_equals_sign():
+    assert lc.parse_hp_pairs(["epochs=3", "expr=a=b", "name=adam"]) == {
+        "epochs": 3,
+        "expr": "a=b",
+        "name": "adam",
+    }
+
+
+@pytest.mark.parametrize("bad", ["epochs", "=3"])
+def test_hp_pair_without_key_or_equals_is_a_usage_error(bad):
+    with pytest.raises(lc.UsageError, match="KEY=VALUE"):
+        lc.parse_hp_pairs([bad])
+
+
+def test_every_hyperparameter_is_written_as_a_json_encoded_string():
+    encoded = lc.encode_hyperparameters({"epochs": 3, "lr": 0.1, "flag": True, "name": "adam", "l": [1]})
+    assert encoded == {"epochs": "3", "lr": "0.1", "flag": "true", "name": '"adam"', "l": "[1]"}
+    assert all(isinstance(value, str) for value in encoded.values())
+
+
+def test_hp_json_inline_and_from_file(tmp_path):
+    assert lc.parse_hp_json('{"epochs": 2}') == {"epochs": 2}
+    path = tmp_path / "hps.json"
+    path.write_text('{"batch_size": 64, "optimizer": "sgd"}')
+    assert lc.parse_hp_json(str(path)) == {"batch_size": 64, "optimizer": "sgd"}
+
+
+def test_hp_json_garbled_or_not_an_object_names_the_flag(tmp_path):
+    with pytest.raises(lc.UsageError, match="--hp-json is not valid JSON"):
+        lc.parse_hp_json("{epochs: 2}")
+    with pytest.raises(lc.UsageError, match="must be a JSON object"):
+        lc.parse_hp_json("[1, 2]")
+    path = tmp_path / "bad.json"
+    path.write_text("{")
+    with pytest.raises(lc.UsageError, match=f"--hp-json file {path}"):
+        lc.parse_hp_json(str(path))
+
+
+def test_job_hyperparameters_carry_the_sdk_keys_and_user_values_win():
+    values = lc.job_hyperparameters(tree_spec(hyperparameters={"epochs": 2, "sagemaker_region": "eu-west-1"}))
+    assert values == {
+        "sagemaker_submit_directory": "/opt/ml/code",
+        "sagemaker_container_log_level": 20,
+        "sagemaker_job_name": "job-1",
+        "sagemaker_region": "eu-west-1",
+        "sagemaker_program": "train.py",
+        "epochs": 2,
+    }
+
+
+def test_distribution_instance_groups_become_a_json_list_hyperparameter():
+    values = lc.job_hyperparameters(tree_spec(distribution_instance_groups=("gpus",)))
+    assert lc.encode_hyperparameters(values)["sagemaker_distribution_instance_groups"] == '["gpus"]'
+
+
+# -- resource and channel configs ----------------------------------------------------------------------
+
+
+def test_resource_config_per_host_names_that_host_and_the_whole_cluster():
+    spec = tree_spec(hosts=("algo-1", "algo-2", "algo-3"))
+    config = lc.resource_config("algo-2", spec)
+    assert config == {
+        "current_host": "algo-2",
+        "current_instance_type": "local",
+        "current_group_name": "homogeneousCluster",
+        "hosts": ["algo-1", "algo-2", "algo-3"],
+        "instance_groups": [
+            {
+                "instance_group_name": "homogeneousCluster",
+                "instance_type": "local",
+                "hosts": ["algo-1", "algo-2", "algo-3"],
+            }
+        ],
+        "network_interface_name": "eth0",
+    }
+
+
+def test_heterogeneous_groups_hand_out_hosts_in_order():
+    hosts = ("algo-1", "algo-2", "algo-3")
+    groups = lc.parse_instance_groups(["trainers=2", "data=1"], hosts)
+    assert groups == (
+        lc.InstanceGroup("trainers", ("algo-1", "algo-2")),
+        lc.InstanceGroup("data", ("algo-3",)),
+    )
+    config = lc.resource_config("algo-3", tree_spec(hosts=hosts, instance_groups=groups))
+    assert config["current_group_name"] == "data"
+    assert [group["hosts"] for group in config["instance_groups"]] == [["algo-1", "algo-2"], ["algo-3"]]
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        (["a=1"], "add up to 1, but --hosts is 2"),
+        (["a=0", "b=2"], "positive integer"),
+        (["a=x", "b=1"], "positive integer"),
+        (["a=1", "a=1"], "unique"),
+    ],
+)
+def test_instance_group_mistakes_are_usage_errors(texts, message):
+    with pytest.raises(lc.UsageError, match=message):
+        lc.parse_instance_groups(texts, ("algo-1", "algo-2"))
+
+
+def test_input_data_config_has_the_platform_fields():
+    channels = lc.parse_channels(
+        ["train=/data/train", "eval=/data/eval"], ["train=application/x-npy"], ["eval"]
+    )
+    assert lc.input_data_config(channels) == {
+        "train": {
+            "TrainingInputMode": "File",
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": "None",
+            "ContentType": "application/x-npy",
+        },
+        "eval": {
+            "TrainingInputMode": "File",
+            "S3DistributionType": "ShardedByS3Key",
+            "RecordWrapperType": "None",
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("channels", "types", "sharded", "message"),
+    [
+        (["train"], [], [], "KEY=VALUE"),
+        (["tr ain=/x"], [], [], "may hold only"),
+        (["train=/x", "train=/y"], [], [], "once"),
+        (["train=/x"], ["eval=text/csv"], [], "'eval'"),
+        (["train=/x"], [], ["eval"], "'eval'"),
+    ],
+)
+def test_channel_flag_mistakes_are_usage_errors(channels, types, sharded, message):
+    with pytest.raises(lc.UsageError, match=message):
+        lc.parse_channels(channels, types, sharded)
+
+
+def test_sharded_by_s3_key_gives_every_file_to_exactly_one_host():
+    files = [f"part-{index}.npz" for index in range(7)]
+    shards = lc.shard_files(files, ["algo-1", "algo-2", "algo-3"])
+    assert sorted(name for names in shards.values() for name in names) == sorted(files)
+    assert [len(names) for names in shards.values()] == [3, 2, 2]
+
+
+# -- names, delays, docker arguments ---------------------------------------------------------------------
+
+
+def test_host_names_are_sagemakers():
+    assert lc.host_names(3) == ("algo-1", "algo-2", "algo-3")
+    with pytest.raises(lc.UsageError):
+        lc.host_names(0)
+
+
+def test_start_delays_must_name_a_host_and_a_number():
+    hosts = ("algo-1", "algo-2")
+    assert lc.parse_start_delays(["algo-2=60"], hosts) == {"algo-2": 60.0}
+    with pytest.raises(lc.UsageError, match="algo-3"):
+        lc.parse_start_delays(["algo-3=1"], hosts)
+    with pytest.raises(lc.UsageError, match="number"):
+        lc.parse_start_delays(["algo-2=soon"], hosts)
+
+
+def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
+    spec = lc.RunSpec(
+        image="img:cpu",
+        hosts=("algo-1", "algo-2"),
+        job_name="job-7",
+        limits=lc.ContainerLimits(gpus="all", cpus="1.5", memory="4g", shm_size="2g"),
+        env=(("A", "1"),),
+        checkpoints=tmp_path / "ckpt",
+    )
+    args = lc.container_create_args(spec, "algo-2", tmp_path / "algo-2")
+    assert args[0] == "create"
+    assert args[-2:] == ["img:cpu", "train"]
+    pairs = list(itertools.pairwise(args))
+    for pair in [
+        ("--name", "job-7-algo-2"),
+        ("--hostname", "algo-2"),
+        ("--network", "job-7-net"),
+        ("--network-alias", "algo-2"),
+        ("--label", "sagetrain.local-cluster.job=job-7"),
+        ("--mount", f"type=bind,source={tmp_path / 'algo-2'},target=/opt/ml"),
+        ("--mount", f"type=bind,source={tmp_path / 'ckpt'},target=/opt/ml/checkpoints"),
+        ("--gpus", "all"),
+        ("--cpus", "1.5"),
+        ("--memory", "4g"),
+        ("--shm-size", "2g"),
+        ("--env", "A=1"),
+    ]:
+        assert pair in pairs
+
+
+def test_container_args_without_limits_pass_no_limit_flags(tmp_path):
+    spec = lc.RunSpec(image="img", hosts=("algo-1",), job_name="j", limits=lc.ContainerLimits(shm_size=None))
+    args = lc.container_create_args(spec, "algo-1", tmp_path)
+    assert not {"--gpus", "--cpus", "--memory", "--shm-size", "--env"} & set(args)
+
+
+def test_network_is_internal_and_labelled():
+    assert lc.network_create_args("job-7") == [
+        "network",
+        "create",
+        "--internal",
+        "--label",
+        "sagetrain.local-cluster.job=job-7",
+        "job-7-net",
+    ]
+
+
+def test_verdict_is_the_first_exit_whatever_the_others_say():
+    assert lc.job_verdict([("algo-2", 3), ("algo-1", 0)]) == ("algo-2", 3)
+    assert lc.job_verdict([("algo-1", 0), ("algo-2", 137)]) == ("algo-1", 0)
+    with pytest.raises(ValueError):
+        lc.job_verdict([])
+
+
+def test_docker_times_with_nanoseconds_parse():
+    assert lc.parse_docker_time("2024-05-01T10:00:00.123456789Z") == pytest.approx(1714557600.123456)
+    assert lc.parse_docker_time("2024-05-01T12:00:00+02:00") == pytest.approx(1714557600.0)
+    assert lc.parse_docker_time("0001-01-01T00:00:00Z") is None
+    assert lc.parse_docker_time("garbage") is None
+
+
+def test_hosts_in_workdir_sorts_numerically_and_ignores_other_folders():
+    assert lc.hosts_in_workdir(["algo-10", "algo-2", "algo-1", "logs"]) == ("algo-1", "algo-2", "algo-10")
+    with pytest.raises(lc.UsageError):
+        lc.hosts_in_workdir(["logs"])
+
+
+# -- writing the trees --------------------------------------------------------------------------------------
+
+
+def test_trees_hold_sagemaker_files_code_and_channel_data(tmp_path):
+    code = tmp_path / "src"
+    (code / "pkg").mkdir(parents=True)
+    (code / "train.py").write_text("print('hi')\n")
+    (code / "pkg" / "util.py").write_text("")
+    data = tmp_path / "data"
+    data.mkdir()
+    for index in range(3):
+        (data / f"part-{index}.csv").write_text(f"{index}\n")
+    single_file = tmp_path / "labels.txt"
+    single_file.write_text("x\n")
+    spec = tree_spec(
+        code_dir=code,
+        hyperparameters={"epochs": 2, "optimizer": "adam"},
+        channels=(
+            lc.Channel("train", data, "text/csv"),
+            lc.Channel("shards", data, distribution=lc.S3Distribution.SHARDED_BY_S3_KEY),
+            lc.Channel("labels", single_file),
+        ),
+    )
+    lc.validate_tree_inputs(spec)
+    trees = lc.write_trees(tmp_path / "work", spec)
+
+    assert set(trees) == {"algo-1", "algo-2"}
+    seen_shards = []
+    for host, root in trees.items():
+        config = root / "input" / "config"
+        assert json.loads((config / "resourceconfig.json").read_text())["current_host"] == host
+        hyperparameters = json.loads((config / "hyperparameters.json").read_text())
+        assert hyperparameters["epochs"] == "2"
+        assert hyperparameters["optimizer"] == '"adam"'
+        assert hyperparameters["sagemaker_program"] == '"train.py"'
+        assert json.loads(hyperparameters["sagemaker_submit_directory"]) == "/opt/ml/code"
+        assert set(json.loads((config / "inputdataconfig.json").read_text())) == {"train", "shards", "labels"}
+        assert (root / "code" / "train.py").read_text() == "print('hi')\n"
+        assert (root / "code" / "pkg" / "util.py").is_file()
+        assert sorted(path.name for path in (root / "input/data/train").iterdir()) == [
+            "part-0.csv",
+            "part-1.csv",
+            "part-2.csv",
+        ]
+        assert (root / "input/data/labels/labels.txt").read_text() == "x\n"
+        seen_shards += sorted(path.name for path in (root / "input/data/shards").iterdir())
+        assert (root / "model").is_dir()
+        assert (root / "output" / "data").is_dir()
+    assert sorted(seen_shards) == ["part-0.csv", "part-1.csv", "part-2.csv"]
+
+
+def test_missing_inputs_are_named_before_anything_runs(tmp_path):
+    with pytest.raises(lc.UsageError, match=r"--code .* is not a directory"):
+        lc.validate_tree_inputs(tree_spec(code_dir=tmp_path / "nope"))
+    with pytest.raises(lc.UsageError, match=r"--program train\.py is not in --code"):
+        lc.validate_tree_inputs(tree_spec(code_dir=tmp_path))
+    with pytest.raises(lc.UsageError, match="--channel train="):
+        lc.validate_tree_inputs(tree_spec(channels=(lc.Channel("train", tmp_path / "absent"),)))
+
+
+def test_write_only_then_from_workdir_reads_the_hosts_back(tmp_path, capsys):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("")
+    workdir = tmp_path / "work"
+    status = lc.main(
+        ["--image", "img", "--hosts", "3", "--code", str(code), "--program", "train.py",
+         "--hp", "epochs=1", "--workdir", str(workdir), "--write-only"]
+    )  # fmt: skip
+    assert status == 0
+    assert lc.hosts_in_workdir(path.name for path in workdir.iterdir()) == ("algo-1", "algo-2", "algo-3")
+
+
+def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
+    status = lc.main(["--image", "img", "--hosts", "2", "--hp", "epochs", "--write-only", "--workdir", "w"])
+    assert status == 2
+    assert capsys.readouterr().err.strip() == "local-cluster: --hp expects KEY=VALUE, got 'epochs'."

@@ -1,0 +1,56 @@
+"""Failure reporting: the cause first in plain words, details after; the first failing rank named."""
+
+import signal
+
+from sagetrain.config.paths import Paths
+from sagetrain.report import RankFailure, Verdict, write_report
+from sagetrain.report.files import failure_text
+
+
+def test_failure_file_first_line_is_the_cause(tmp_path):
+    paths = Paths(tmp_path)
+    (tmp_path / "output").mkdir()
+    (tmp_path / "output" / "data").mkdir()
+    (tmp_path / "output" / "data" / "user.txt").write_text("mine")
+    written = write_report(
+        paths, Verdict(3, "train.py exited with code 3 on rank 1 (host algo-1)", "Traceback...")
+    )
+    lines = written.read_text().splitlines()
+    assert written == paths.failure_file
+    assert lines[0] == "train.py exited with code 3 on rank 1 (host algo-1)"
+    assert lines[1] == "Traceback..."
+    assert not paths.success_file.exists()
+    assert (tmp_path / "output" / "data" / "user.txt").read_text() == "mine"
+
+
+def test_success_file(tmp_path):
+    assert write_report(Paths(tmp_path), Verdict(0)) == tmp_path / "output" / "success"
+
+
+def test_multiline_cause_is_folded_into_one_line():
+    assert failure_text(Verdict(1, "bad\nthing")).splitlines()[0] == "bad thing"
+
+
+def test_rank_failure_names_rank_host_code_and_message():
+    failure = RankFailure(
+        1, "algo-2", 3, "train.py", message="batch_size must be even", last_lines=("a", "b")
+    )
+    verdict = failure.verdict()
+    assert verdict.exit_code == 3
+    assert verdict.cause == "train.py exited with code 3 on rank 1 (host algo-2): batch_size must be even"
+    assert verdict.detail.endswith("Last lines printed by rank 1:\na\nb")
+
+
+def test_rank_killed_by_sigkill_mentions_memory():
+    failure = RankFailure(0, "algo-1", 128 + signal.SIGKILL, "train.py")
+    assert (
+        failure.cause()
+        == "train.py was killed by SIGKILL on rank 0 (host algo-1); the host may have run out of memory"
+    )
+
+
+def test_messages_round_trip():
+    failure = RankFailure(2, "h", 1, "p", "m", "tb", ("x",))
+    assert RankFailure.from_message(failure.to_message()) == failure
+    verdict = Verdict(5, "c", "d")
+    assert Verdict.from_message(verdict.to_message()) == verdict

@@ -1,0 +1,156 @@
+"""Job environment parsing and channel planning on real folders, without TensorFlow."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from sagetrain.errors import UserError
+from sagetrain.trainer.channels import DataFormat, open_channel
+from sagetrain.trainer.jobenv import Distribution, EngineName, InputMode, RankInfo, job_environment
+from sagetrain.trainer.sharding import ShardLevel
+
+
+def environ(root, **extra):
+    return {"SAGEMAKER_BASE_DIR": str(root), **extra}
+
+
+def make_files(directory, names_and_sizes):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, size in names_and_sizes:
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(b"x" * size)
+
+
+def test_environment_from_sm_variables(tmp_path):
+    env = environ(
+        tmp_path,
+        SM_HPS=json.dumps({"epochs": 3, "sagemaker_program": "x"}),
+        SM_CHANNELS='["train","test"]',
+        SM_CHANNEL_TRAIN="/somewhere/train",
+        SM_INPUT_DATA_CONFIG=json.dumps(
+            {"train": {"TrainingInputMode": "FastFile", "S3DistributionType": "ShardedByS3Key"}}
+        ),
+        SAGETRAIN_ENGINE="horovod",
+        SAGETRAIN_RANK="3",
+        SAGETRAIN_SIZE="4",
+        SAGETRAIN_LOCAL_RANK="1",
+        SAGETRAIN_LOCAL_SIZE="2",
+        SM_MODEL_DIR="/m",
+    )
+    job = job_environment(env)
+    assert job.engine is EngineName.HOROVOD
+    assert job.ranks == RankInfo(3, 1, 4, 2)
+    assert dict(job.hyperparameters) == {"epochs": 3}
+    train = job.channel("train")
+    assert (str(train.directory), train.input_mode, train.distribution) == (
+        "/somewhere/train",
+        InputMode.FAST_FILE,
+        Distribution.SHARDED_BY_S3_KEY,
+    )
+    assert job.channel("test").directory == tmp_path / "input" / "data" / "test"
+    assert str(job.model_dir) == "/m"
+    assert job.checkpoint_dir == tmp_path / "checkpoints"
+
+
+def test_hyperparameters_json_when_sm_hps_is_absent(tmp_path):
+    (tmp_path / "input" / "config").mkdir(parents=True)
+    (tmp_path / "input" / "config" / "hyperparameters.json").write_text('{"epochs": "2", "name": "\\"a\\""}')
+    assert dict(job_environment(environ(tmp_path)).hyperparameters) == {"epochs": 2, "name": "a"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"SAGETRAIN_ENGINE": "mpi"}, "SAGETRAIN_ENGINE='mpi' is not one of"),
+        ({"SAGETRAIN_RANK": "2", "SAGETRAIN_SIZE": "2"}, "are inconsistent"),
+        ({"SM_HPS": "{"}, "SM_HPS is not valid JSON"),
+        ({"SAGETRAIN_SIZE": "two"}, "SAGETRAIN_SIZE must be an integer"),
+    ],
+)
+def test_bad_environment_is_named(tmp_path, extra, message):
+    with pytest.raises(UserError, match=message):
+        job_environment(environ(tmp_path, **extra))
+
+
+def spec_for(tmp_path, distribution="FullyReplicated", mode="File"):
+    return job_environment(
+        environ(
+            tmp_path,
+            SM_CHANNELS='["train"]',
+            SM_INPUT_DATA_CONFIG=json.dumps(
+                {"train": {"TrainingInputMode": mode, "S3DistributionType": distribution}}
+            ),
+        )
+    ).channel("train")
+
+
+def test_file_level_shards_of_a_channel_cover_each_file_once(tmp_path):
+    make_files(
+        tmp_path / "input" / "data" / "train",
+        [("a.tfrecord", 50), ("b.tfrecord", 10), ("c.tfrecord", 40), (".hidden", 5), ("sub/d.tfrecord", 30)],
+    )
+    spec = spec_for(tmp_path)
+    channels = [
+        open_channel(spec, RankInfo(rank, rank, 2, 2), tmp_path, reader_needs_format=True)
+        for rank in range(2)
+    ]
+    assert all(channel.data_format is DataFormat.TFRECORD for channel in channels)
+    assert all(channel.shard.level is ShardLevel.FILE for channel in channels)
+    names = sorted(Path(path).name for channel in channels for path in channel.files)
+    assert names == ["a.tfrecord", "b.tfrecord", "c.tfrecord", "d.tfrecord"]
+
+
+def test_sharded_by_s3_key_splits_between_local_ranks_only(tmp_path):
+    make_files(tmp_path / "input" / "data" / "train", [("a.npz", 10), ("b.npz", 10)])
+    spec = spec_for(tmp_path, distribution="ShardedByS3Key")
+    # Ranks 2 and 3 are local ranks 0 and 1 of the second host: they split that host's two files.
+    shards = [
+        open_channel(spec, RankInfo(rank, rank - 2, 4, 2), tmp_path, reader_needs_format=True)
+        for rank in (2, 3)
+    ]
+    assert [len(channel.files) for channel in shards] == [1, 1]
+    assert shards[0].files != shards[1].files
+    # Fully replicated, the same two files on four ranks are split by record instead.
+    replicated = open_channel(spec_for(tmp_path), RankInfo(3, 1, 4, 2), tmp_path, reader_needs_format=True)
+    assert (replicated.shard.level, replicated.shard.record_index, replicated.shard.record_count) == (
+        ShardLevel.RECORD,
+        3,
+        4,
+    )
+
+
+def test_npy_pairs_are_one_unit(tmp_path):
+    make_files(
+        tmp_path / "input" / "data" / "train",
+        [("p0_x.npy", 8), ("p0_y.npy", 2), ("p1_x.npy", 8), ("p1_y.npy", 2)],
+    )
+    channel = open_channel(spec_for(tmp_path), RankInfo(0, 0, 2, 2), tmp_path, reader_needs_format=True)
+    assert channel.shard.level is ShardLevel.FILE
+    assert [Path(path).name for path in channel.files] == ["p0_x.npy"]
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ([("a.csv", 1), ("b.npz", 1)], r"channel 'train' mixes file formats"),
+        ([("a.parquet", 1)], r"channel 'train': no reader for files like a.parquet"),
+        ([("a_x.npy", 1)], r"a_x.npy has no partner"),
+        ([], r"channel 'train' has no files"),
+    ],
+)
+def test_unreadable_channels_are_named(tmp_path, files, message):
+    make_files(tmp_path / "input" / "data" / "train", files)
+    with pytest.raises(UserError, match=message):
+        open_channel(spec_for(tmp_path), RankInfo(0, 0, 1, 1), tmp_path, reader_needs_format=True)
+
+
+def test_pipe_mode_is_rejected_clearly(tmp_path):
+    make_files(tmp_path / "input" / "data" / "train", [("a.npz", 1)])
+    with pytest.raises(UserError, match=r"channel 'train' uses Pipe input mode.*input_mode='File'"):
+        open_channel(
+            spec_for(tmp_path, mode="Pipe"), RankInfo(0, 0, 1, 1), tmp_path, reader_needs_format=True
+        )
+    os.mkfifo(tmp_path / "input" / "data" / "train_0")
+    with pytest.raises(UserError, match="Pipe input mode"):
+        open_channel(spec_for(tmp_path), RankInfo(0, 0, 1, 1), tmp_path, reader_needs_format=True)

@@ -1,0 +1,107 @@
+"""Sharding arithmetic with literals: exactly-once and equal steps, without TensorFlow."""
+
+from collections import Counter
+
+import pytest
+from sagetrain.errors import UserError
+from sagetrain.trainer.sharding import (
+    DataFile,
+    ShardLevel,
+    balance_files,
+    batch_sizes,
+    check_records_per_rank,
+    plan_shard,
+    records_in_record_shard,
+    steps_per_epoch,
+)
+
+
+def files(*sizes):
+    return [DataFile(f"/data/part-{index}", size) for index, size in enumerate(sizes)]
+
+
+def test_balance_deals_largest_first_to_lightest_bin():
+    bins = balance_files(files(100, 10, 60, 50, 40), 2)
+    assert [[item.size for item in group] for group in bins] == [[100, 40], [10, 60, 50]]
+    assert [sum(item.size for item in group) for group in bins] == [140, 120]
+
+
+def test_balance_is_deterministic_and_keeps_path_order_in_each_bin():
+    listing = files(5, 5, 5, 5, 5, 5, 5)
+    assert balance_files(listing, 3) == balance_files(list(reversed(listing)), 3)
+    for group in balance_files(listing, 3):
+        assert [item.path for item in group] == sorted(item.path for item in group)
+
+
+def test_balance_gives_every_bin_a_file_even_with_empty_files():
+    bins = balance_files(files(0, 0, 0, 7), 3)
+    assert all(bins)
+
+
+def test_every_file_in_exactly_one_shard():
+    listing = files(9, 3, 7, 1, 1, 4, 8, 2)
+    shards = [plan_shard(listing, index, 3) for index in range(3)]
+    assert all(shard.level is ShardLevel.FILE for shard in shards)
+    assert Counter(item for shard in shards for item in shard.files) == Counter(listing)
+
+
+@pytest.mark.parametrize(("file_count", "ranks"), [(1, 2), (2, 3), (1, 3)])
+def test_fewer_files_than_ranks_shards_by_record(file_count, ranks):
+    listing = files(*([10] * file_count))
+    shards = [plan_shard(listing, index, ranks) for index in range(ranks)]
+    assert [shard.level for shard in shards] == [ShardLevel.RECORD] * ranks
+    assert [(shard.record_index, shard.record_count) for shard in shards] == [
+        (index, ranks) for index in range(ranks)
+    ]
+    assert all(shard.files == tuple(listing) for shard in shards)
+
+
+@pytest.mark.parametrize(("total", "ranks"), [(10, 3), (7, 2), (3, 3), (100, 7), (1, 1)])
+def test_record_shards_cover_every_record_once(total, ranks):
+    taken = [list(range(total))[index::ranks] for index in range(ranks)]
+    assert [records_in_record_shard(total, index, ranks) for index in range(ranks)] == [len(t) for t in taken]
+
+
+def test_record_shard_can_be_empty_when_records_are_fewer_than_ranks():
+    assert [records_in_record_shard(2, index, 3) for index in range(3)] == [1, 1, 0]
+
+
+@pytest.mark.parametrize(
+    ("records_per_rank", "batch"),
+    [([52, 51], 8), ([16, 16, 15], 4), ([3, 2], 8), ([100, 40], 16), ([5], 5), ([10, 10], 3)],
+)
+def test_equal_steps_and_every_record_in_exactly_one_batch(records_per_rank, batch):
+    steps = steps_per_epoch(records_per_rank, batch)
+    for records in records_per_rank:
+        sizes = batch_sizes(records, steps, batch)
+        assert len(sizes) == steps
+        assert sum(sizes) == records
+        assert all(size >= 1 for size in sizes)
+        assert all(size == batch for size in sizes[:-1])
+
+
+def test_surplus_goes_to_the_last_step():
+    assert steps_per_epoch([52, 51], 8) == 7
+    assert batch_sizes(52, 7, 8) == (8, 8, 8, 8, 8, 8, 4)
+    assert batch_sizes(51, 7, 8) == (8, 8, 8, 8, 8, 8, 3)
+    # File-level shards of unequal record counts: the bigger shard folds its surplus into its last step.
+    assert steps_per_epoch([100, 40], 16) == 3
+    assert batch_sizes(100, 3, 16) == (16, 16, 68)
+
+
+def test_steps_cap_shortens_epochs_with_full_batches():
+    assert steps_per_epoch([52, 51], 8, cap=3) == 3
+    assert batch_sizes(52, 3, 8, take_all=False) == (8, 8, 8)
+
+
+def test_steps_need_a_record_on_every_rank():
+    with pytest.raises(ValueError):
+        steps_per_epoch([3, 0], 2)
+
+
+def test_empty_channel_and_too_few_records_are_user_errors_naming_the_channel():
+    with pytest.raises(UserError, match=r"channel 'train' has no records"):
+        check_records_per_rank("train", [0, 0])
+    with pytest.raises(UserError, match=r"channel 'train' has 2 records, too few for 3 ranks \(rank 2"):
+        check_records_per_rank("train", [1, 1, 0])
+    check_records_per_rank("train", [1, 1, 1])
