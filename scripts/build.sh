@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Build one variant of the training image with BuildKit and tag it sagemaker-tf-horovod:<variant>
+# plus a version tag (<tensorflow>-<variant>-py<python>), then print its size.
+set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+Usage: scripts/build.sh [cpu|gpu] [--ca-certs FILE] [--tag NAME:TAG] [--base-image IMAGE]
+                      [--cache-from IMAGE] [--inline-cache]
+  cpu|gpu           variant to build (default gpu, as the Dockerfile)
+  --ca-certs FILE   extra CA certificates (PEM) trusted while downloading (TLS-inspecting proxies);
+                    passed as a BuildKit secret, so it stays out of every image layer (default: none)
+  --tag NAME:TAG    an extra tag for the image (repeatable)
+  --base-image IMG  base image (default debian:bookworm-slim); bootstrapped with debootstrap by
+                    scripts/bootstrap-base-image.sh when neither present nor pullable
+  --cache-from REF  an image whose layers may be reused (e.g. the registry's last <tf>-<device>)
+  --inline-cache    write cache metadata into the image, so a pushed image can be --cache-from later
+Needs BuildKit: `docker buildx` if installed, else a Docker client older than 23 with built-in
+BuildKit (DOCKER_BUILDKIT=1, e.g. Debian's /usr/bin/docker). The legacy builder is refused: it
+would build the GPU stages for a CPU image.
+USAGE
+}
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+variant=gpu
+ca_certs=""
+base_image=debian:bookworm-slim
+extra_tags=()
+cache_from=()
+inline_cache=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    cpu|gpu) variant=$1; shift ;;
+    --ca-certs) ca_certs=$2; shift 2 ;;
+    --tag) extra_tags+=("$2"); shift 2 ;;
+    --base-image) base_image=$2; shift 2 ;;
+    --cache-from) cache_from+=("$2"); shift 2 ;;
+    --inline-cache) inline_cache=true; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "build.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$ca_certs" ] && [ ! -r "$ca_certs" ]; then
+  echo "build.sh: --ca-certs $ca_certs is not a readable file" >&2
+  exit 2
+fi
+
+# The build command: buildx when present, else a classic client whose built-in BuildKit still works
+# (Docker 23+ clients demand buildx for BuildKit).
+client_major() { "$1" version --format '{{.Client.Version}}' 2>/dev/null | cut -d. -f1; }
+build_cmd=()
+if docker buildx version >/dev/null 2>&1; then
+  build_cmd=(docker buildx build --load)
+else
+  for client in docker /usr/bin/docker /usr/local/bin/docker; do
+    command -v "$client" >/dev/null 2>&1 || continue
+    major=$(client_major "$client" || true)
+    if [[ "$major" =~ ^[0-9]+$ ]] && [ "$major" -lt 23 ]; then
+      build_cmd=(env DOCKER_BUILDKIT=1 "$client" build)
+      break
+    fi
+  done
+fi
+if [ ${#build_cmd[@]} -eq 0 ]; then
+  echo "build.sh: no BuildKit-capable Docker client found; install docker-buildx (Debian: apt-get install docker-buildx, or the buildx plugin) or a Docker client < 23" >&2
+  exit 1
+fi
+
+if ! docker image inspect "$base_image" >/dev/null 2>&1; then
+  "$repo_root/scripts/bootstrap-base-image.sh" --image "$base_image"
+fi
+
+pins=$repo_root/container/pins/python.txt
+tf_version=$(sed -n 's/^tensorflow==\([^[:space:]#]*\).*/\1/p' "$pins")
+py_version=$(awk '$1 == "runtime" && $2 == "python3" { split($3, v, "."); print v[1] v[2] }' \
+  "$repo_root/container/pins/debian.txt")
+[ -n "$tf_version" ] && [ -n "$py_version" ] || {
+  echo "build.sh: cannot read the tensorflow pin from $pins or python3 from container/pins/debian.txt" >&2; exit 1; }
+
+image=sagemaker-tf-horovod
+tags=("$image:$variant" "$image:$tf_version-$variant-py$py_version" "${extra_tags[@]}")
+args=(--network host --build-arg "DEVICE=$variant" --build-arg "BASE_IMAGE=$base_image")
+for tag in "${tags[@]}"; do args+=(--tag "$tag"); done
+for ref in "${cache_from[@]}"; do args+=(--cache-from "$ref"); done
+# The classic BuildKit client and buildx both honour this build argument for inline cache.
+if [ "$inline_cache" = true ]; then args+=(--build-arg BUILDKIT_INLINE_CACHE=1); fi
+if [ -n "$ca_certs" ]; then args+=(--secret "id=extra_ca_certs,src=$ca_certs"); fi
+
+echo "build.sh: ${build_cmd[*]} ${args[*]} $repo_root"
+started=$SECONDS
+"${build_cmd[@]}" "${args[@]}" "$repo_root"
+size=$(docker image inspect -f '{{.Size}}' "$image:$variant")
+printf 'build.sh: built %s in %ds, size %.2f GB (%s bytes)\n' "${tags[*]}" $((SECONDS - started)) \
+  "$(awk -v s="$size" 'BEGIN { print s / 1e9 }')" "$size"

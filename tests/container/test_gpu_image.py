@@ -1,0 +1,67 @@
+"""The GPU image, when it has been built (scripts/build.sh gpu; not part of CI: it downloads ~5 GB).
+No GPU is needed: these check what was compiled in and that every library resolves."""
+
+import json
+import os
+
+import docker
+import pytest
+from conftest import run_in_image
+
+GPU_IMAGE = os.environ.get("SAGETRAIN_TEST_GPU_IMAGE", "sagemaker-tf-horovod:gpu")
+RUN_DEADLINE_S = 600
+
+REPORT_SCRIPT = """
+import json, pathlib, subprocess
+import tensorflow as tf, keras, tf_keras, mpi4py, sagemaker_training, sagetrain
+import horovod.tensorflow as hvd
+hvd.init()
+(mpi_lib,) = pathlib.Path(hvd.__file__).parent.glob("mpi_lib*.so")
+ldd = subprocess.run(["ldd", str(mpi_lib)], capture_output=True, text=True, check=True).stdout
+print(json.dumps({
+    "cuda_built": tf.test.is_built_with_cuda(), "nccl_built": bool(hvd.nccl_built()),
+    "mpi_built": hvd.mpi_built(), "gloo_built": hvd.gloo_built(), "size": hvd.size(),
+    "nccl_line": next((line.strip() for line in ldd.splitlines() if "libnccl" in line), ""),
+    # TensorFlow's own libraries are loaded by `import tensorflow` before Horovod's library.
+    "unresolved": [line.strip() for line in ldd.splitlines()
+                   if "not found" in line and not line.strip().startswith("libtensorflow_")],
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_image(docker_client) -> str:
+    try:
+        docker_client.images.get(GPU_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{GPU_IMAGE} is not built (scripts/build.sh gpu)")
+    return GPU_IMAGE
+
+
+def test_gpu_image_pip_check_is_clean(docker_client, gpu_image):
+    result = run_in_image(docker_client, gpu_image, ["pip", "check"], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+
+
+def test_gpu_image_has_cuda_tensorflow_and_horovod_with_nccl_mpi_gloo(docker_client, gpu_image):
+    result = run_in_image(docker_client, gpu_image, ["python", "-c", REPORT_SCRIPT], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert report["cuda_built"] is True
+    assert report["nccl_built"] is True
+    assert report["mpi_built"] is True
+    assert report["gloo_built"] is True
+    assert report["size"] == 1
+    assert report["unresolved"] == []
+    # Found through the rpath build-horovod sets, so no LD_LIBRARY_PATH is needed.
+    assert "/tensorflow/../../nvidia/nccl/lib/libnccl.so.2" in report["nccl_line"], report["nccl_line"]
+
+
+def test_gpu_image_runtime_has_no_cuda_compiler_but_keeps_ptxas(docker_client, gpu_image):
+    script = (
+        "command -v nvcc cicc cudafe++ && exit 3; "
+        'nvidia=$(python -c "import nvidia; print(list(nvidia.__path__)[0])"); '
+        "test -x $nvidia/cuda_nvcc/bin/ptxas && test ! -e /opt/cuda-home && test ! -e /opt/cuda13-wheels"
+    )
+    result = run_in_image(docker_client, gpu_image, ["bash", "-c", script], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
