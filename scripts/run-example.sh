@@ -47,7 +47,7 @@ exec scripts/local-cluster \
   --image "$image" \
   --hosts "$hosts" \
   --code "$example" \
-  --program digits.py \
+  --program model.py \
   --channel "train=$example/data/train" \
   --channel "validation=$example/data/validation" \
   --channel "test=$example/data/test" \

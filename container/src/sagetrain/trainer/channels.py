@@ -1,0 +1,166 @@
+"""Channels on disk: list their files, recognise their format, and decide this rank's share. No TensorFlow.
+
+``Channel`` is what ``input_fn(channel, hp)`` receives. With file-level sharding ``channel.files`` are
+already this rank's files; with record-level sharding they are all files and the trainer keeps every
+``count``-th record of what ``input_fn`` returns, so ``input_fn`` must read ``files`` in order and must
+not shuffle or shard by itself.
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from sagetrain.errors import UserError
+from sagetrain.trainer.jobenv import ChannelSpec, Distribution, InputMode, RankInfo
+from sagetrain.trainer.sharding import DataFile, ShardLevel, ShardPlan, plan_shard
+
+
+class DataFormat(Enum):
+    NPZ = "npz"
+    NPY = "npy"
+    CSV = "csv"
+    TFRECORD = "tfrecord"
+    OTHER = "other"
+
+
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
+TFRECORD_CONTENT_TYPES = ("application/x-tfrecord", "application/x-tfexample")
+NPY_FEATURES_SUFFIX = "x.npy"
+NPY_LABELS_SUFFIX = "y.npy"
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One channel as this rank sees it."""
+
+    name: str
+    directory: Path
+    files: tuple[str, ...]
+    content_type: str | None
+    input_mode: str
+    data_format: DataFormat
+    shard: ShardPlan
+
+
+def list_data_files(directory: Path) -> list[Path]:
+    """Regular files under ``directory``, recursively, in path order; hidden files and folders skipped
+    (SageMaker and editors leave ``.``-files behind)."""
+    found = []
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file():
+            found.append(path)
+    return found
+
+
+def format_of(channel: str, paths: Sequence[Path], content_type: str | None) -> DataFormat:
+    """The one format of a channel's files; mixed formats are an error (which reader would apply?)."""
+
+    def one(path: Path) -> DataFormat:
+        name = path.name.lower()
+        if name.endswith(".npz"):
+            return DataFormat.NPZ
+        if name.endswith(".npy"):
+            return DataFormat.NPY
+        if name.endswith(".csv"):
+            return DataFormat.CSV
+        if name.endswith(TFRECORD_SUFFIXES) or (content_type or "").lower() in TFRECORD_CONTENT_TYPES:
+            return DataFormat.TFRECORD
+        return DataFormat.OTHER
+
+    formats = {one(path): path for path in paths}
+    if len(formats) > 1:
+        examples = ", ".join(f"{path.name} ({data_format.value})" for data_format, path in formats.items())
+        raise UserError(f"channel {channel!r} mixes file formats ({examples}); keep one format per channel.")
+    return next(iter(formats), DataFormat.OTHER)
+
+
+def npy_labels_path(features: Path) -> Path:
+    return features.with_name(features.name[: -len(NPY_FEATURES_SUFFIX)] + NPY_LABELS_SUFFIX)
+
+
+def sharding_units(channel: str, paths: Sequence[Path], data_format: DataFormat) -> list[DataFile]:
+    """The files sharding deals out. ``.npy`` data comes in pairs ``<stem>x.npy`` + ``<stem>y.npy``
+    (e.g. ``x.npy``/``y.npy`` or ``part0_x.npy``/``part0_y.npy``), dealt out as one unit."""
+    if data_format is not DataFormat.NPY:
+        return [DataFile(str(path), path.stat().st_size) for path in paths]
+    names = {path.name for path in paths}
+    units = []
+    for path in paths:
+        if (
+            path.name.endswith(NPY_LABELS_SUFFIX)
+            and path.name[: -len(NPY_LABELS_SUFFIX)] + NPY_FEATURES_SUFFIX in names
+        ):
+            continue
+        if not path.name.endswith(NPY_FEATURES_SUFFIX) or npy_labels_path(path).name not in names:
+            raise UserError(
+                f"channel {channel!r}: {path} has no partner; .npy files come in pairs named "
+                f"<stem>x.npy (features) and <stem>y.npy (labels)."
+            )
+        units.append(DataFile(str(path), path.stat().st_size + npy_labels_path(path).stat().st_size))
+    return units
+
+
+def shard_group(spec: ChannelSpec, ranks: RankInfo) -> tuple[int, int]:
+    """(index, count) of this rank among the ranks that split this channel's files between them.
+
+    ShardedByS3Key: SageMaker already gave each host different files, so only the host's local ranks
+    split them; FullyReplicated: every host has all files, so all ranks split them.
+    """
+    if spec.distribution is Distribution.SHARDED_BY_S3_KEY:
+        return ranks.local_rank, ranks.local_size
+    return ranks.rank, ranks.size
+
+
+def reject_pipe_mode(spec: ChannelSpec, root: Path) -> None:
+    fifo = root / "input" / "data" / f"{spec.name}_0"
+    is_fifo = fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
+    if spec.input_mode is InputMode.PIPE or is_fifo:
+        raise UserError(
+            f"channel {spec.name!r} uses Pipe input mode, which the managed Keras trainer does not read "
+            f"(a FIFO cannot be split between ranks); set input_mode='File' or 'FastFile' for it, or train "
+            f"with a script instead of a model module."
+        )
+
+
+def open_channel(spec: ChannelSpec, ranks: RankInfo, root: Path, *, reader_needs_format: bool) -> Channel:
+    """This rank's view of a channel. ``reader_needs_format``: no ``input_fn``, so a default reader must
+    recognise the files."""
+    reject_pipe_mode(spec, root)
+    if not spec.directory.is_dir():
+        raise UserError(f"channel {spec.name!r}: its folder {spec.directory} does not exist.")
+    paths = list_data_files(spec.directory)
+    if not paths:
+        raise UserError(
+            f"channel {spec.name!r} has no files in {spec.directory}; add data or remove the channel."
+        )
+    data_format = format_of(spec.name, paths, spec.content_type)
+    if reader_needs_format and data_format is DataFormat.OTHER:
+        raise UserError(
+            f"channel {spec.name!r}: no reader for files like {paths[0].name}; use .npz, .npy pairs, .csv or "
+            f"TFRecord (.tfrecord with parse_record), or define input_fn(channel, hp) in the module."
+        )
+    index, count = shard_group(spec, ranks)
+    shard = plan_shard(sharding_units(spec.name, paths, data_format), index, count)
+    files = tuple(unit.path for unit in shard.files)
+    return Channel(
+        name=spec.name,
+        directory=spec.directory,
+        files=files,
+        content_type=spec.content_type,
+        input_mode=spec.input_mode.value,
+        data_format=data_format,
+        shard=shard,
+    )
+
+
+def describe_shard(channel: Channel) -> str:
+    if channel.shard.level is ShardLevel.FILE:
+        return f"{len(channel.files)} files"
+    return f"every {channel.shard.record_count}th record from offset {channel.shard.record_index}"

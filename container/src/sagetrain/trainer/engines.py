@@ -1,0 +1,142 @@
+"""Engine adapters: the few collectives the training loop needs, for one process or for Horovod.
+
+The Horovod adapter uses only ``horovod.tensorflow`` primitives on plain tensors (allreduce,
+grouped_allreduce, broadcast, allgather_object) — not DistributedOptimizer or the Keras callbacks — so it
+averages gradients correctly with Keras 3 and tf-keras whether or not Horovod's Keras layer is patched.
+MultiWorkerMirroredStrategy and parameter servers are rejected with a pointer to Horovod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow as tf
+
+from sagetrain.errors import PlatformError, UserError
+from sagetrain.trainer.jobenv import EngineName, RankInfo
+
+
+class Engine(Protocol):
+    ranks: RankInfo
+
+    def allgather_object(self, value: object) -> list[Any]: ...
+
+    def broadcast_object(self, value: object) -> Any: ...
+
+    def broadcast_variables(self, variables: Sequence[Any]) -> None: ...
+
+    def mean_over_ranks(self, values: np.ndarray) -> np.ndarray: ...
+
+    def average_gradients(self, gradients: list[tf.Tensor]) -> list[tf.Tensor]: ...
+
+    def sum_over_ranks(self, value: tf.Tensor) -> tf.Tensor: ...
+
+
+class SingleEngine:
+    """One process: every collective is the identity."""
+
+    def __init__(self, ranks: RankInfo) -> None:
+        self.ranks = ranks
+
+    def allgather_object(self, value: object) -> list[Any]:
+        return [value]
+
+    def broadcast_object(self, value: object) -> Any:
+        return value
+
+    def broadcast_variables(self, variables: Sequence[Any]) -> None:
+        return None
+
+    def mean_over_ranks(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def average_gradients(self, gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+        return gradients
+
+    def sum_over_ranks(self, value: tf.Tensor) -> tf.Tensor:
+        return value
+
+
+# Dtypes Horovod's broadcast accepts; others (Keras 3's uint32 seed state) travel as int64.
+_BROADCAST_DTYPES = (
+    tf.uint8,
+    tf.int8,
+    tf.uint16,
+    tf.int16,
+    tf.int32,
+    tf.int64,
+    tf.float16,
+    tf.float32,
+    tf.float64,
+    tf.bool,
+)
+
+
+class HorovodEngine:
+    def __init__(self, ranks: RankInfo) -> None:
+        try:
+            import horovod.tensorflow as hvd
+        except ImportError as error:
+            raise PlatformError(
+                f"SAGETRAIN_ENGINE=horovod but horovod.tensorflow does not import: {error}."
+            ) from None
+        hvd.init()
+        if (hvd.rank(), hvd.size()) != (ranks.rank, ranks.size):
+            raise PlatformError(
+                f"Horovod says rank {hvd.rank()} of {hvd.size()} but SAGETRAIN_RANK/SAGETRAIN_SIZE say "
+                f"{ranks.rank} of {ranks.size}; the rank launcher and mpirun disagree."
+            )
+        self._hvd = hvd
+        self.ranks = ranks
+        _pin_gpu(ranks.local_rank)
+
+    def allgather_object(self, value: object) -> list[Any]:
+        return list(self._hvd.allgather_object(value))
+
+    def broadcast_object(self, value: object) -> Any:
+        return self._hvd.broadcast_object(value, root_rank=0)
+
+    def broadcast_variables(self, variables: Sequence[Any]) -> None:
+        for variable in variables:
+            value = tf.convert_to_tensor(variable)
+            if value.dtype in _BROADCAST_DTYPES:
+                variable.assign(self._hvd.broadcast(value, root_rank=0))
+            else:
+                wide = self._hvd.broadcast(tf.cast(value, tf.int64), root_rank=0)
+                variable.assign(tf.cast(wide, value.dtype))
+
+    def mean_over_ranks(self, values: np.ndarray) -> np.ndarray:
+        return self._hvd.allreduce(tf.constant(values, tf.float64), op=self._hvd.Average).numpy()
+
+    def average_gradients(self, gradients: list[tf.Tensor]) -> list[tf.Tensor]:
+        return list(self._hvd.grouped_allreduce(gradients, op=self._hvd.Average))
+
+    def sum_over_ranks(self, value: tf.Tensor) -> tf.Tensor:
+        return self._hvd.allreduce(value, op=self._hvd.Sum)
+
+
+def _pin_gpu(local_rank: int) -> None:
+    """One GPU per rank (the plan starts one rank per GPU); memory growth so ranks never grab all of it."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return
+    mine = gpus[local_rank % len(gpus)]
+    tf.config.experimental.set_memory_growth(mine, True)
+    tf.config.set_visible_devices(mine, "GPU")
+
+
+def make_engine(name: EngineName, ranks: RankInfo) -> Engine:
+    if name is EngineName.HOROVOD:
+        return HorovodEngine(ranks)
+    if name is EngineName.SINGLE:
+        if ranks.size != 1:
+            raise PlatformError(f"SAGETRAIN_ENGINE=single but SAGETRAIN_SIZE={ranks.size}; expected 1.")
+        return SingleEngine(ranks)
+    raise UserError(
+        f"the managed Keras trainer does not run on the {name.value} engine (Keras 3 fit under "
+        f"tf.distribute multi-worker strategies is broken upstream, keras-team/keras#20585); remove "
+        f"sagemaker_multi_worker_mirrored_strategy_enabled / sagemaker_parameter_server_enabled to use "
+        f"Horovod, or train with a script."
+    )

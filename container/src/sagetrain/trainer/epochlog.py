@@ -1,0 +1,31 @@
+"""One line per epoch, ``epoch=3 loss=0.1234 accuracy=0.9100 val_loss=…``, and metrics.json. Pure
+formatting plus two small writers."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def format_value(value: float) -> str:
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.4e}"
+
+
+def epoch_line(epoch: int, metrics: Mapping[str, float]) -> str:
+    return " ".join([f"epoch={epoch}", *(f"{name}={format_value(value)}" for name, value in metrics.items())])
+
+
+def print_line(line: str) -> None:
+    print(line, file=sys.stdout, flush=True)
+
+
+def write_metrics(path: Path, metrics: Mapping[str, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.partial")
+    temporary.write_text(json.dumps(dict(metrics), indent=2, sort_keys=True) + "\n")
+    temporary.replace(path)

@@ -1,0 +1,356 @@
+"""The managed trainer from start to finish on one rank: parse → prepare → agree → restore and broadcast →
+train → evaluate → export. Side effects (signals, files, printing) live here and in the small writers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated, UserError
+from sagetrain.trainer import checkpoints as ckpt
+from sagetrain.trainer.contract import describe_exception
+from sagetrain.trainer.engines import Engine, make_engine
+from sagetrain.trainer.epochlog import epoch_line, print_line, write_metrics
+from sagetrain.trainer.errorfile import report_failure
+from sagetrain.trainer.export import export_model
+from sagetrain.trainer.hyperparameters import TrainerSettings, settings_from
+from sagetrain.trainer.jobenv import JobEnvironment, job_environment
+from sagetrain.trainer.loop import (
+    LearningRatePlan,
+    evaluate,
+    learning_rate_plan,
+    local_metrics,
+    make_eval_step,
+    make_train_step,
+    mean_metrics,
+    model_variables,
+    optimizer_variables,
+    reset_metrics,
+    set_learning_rate,
+    values_of,
+)
+from sagetrain.trainer.preparation import TRAIN, Prepared, prepare
+from sagetrain.trainer.readers import epoch_batches, epoch_seed
+from sagetrain.trainer.sharding import batch_sizes, check_records_per_rank, steps_per_epoch
+from sagetrain.trainer.signals import StopRequest
+from sagetrain.trainer.tensorboard import EpochScalars
+
+STOP, CONTINUE = tf.constant(1.0), tf.constant(0.0)
+
+
+def _note(message: str) -> None:
+    print(f"sagetrain.trainer: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class RankReport:
+    """Per-rank facts written to SAGETRAIN_TRAINER_REPORT_DIR when set: what this rank read and computed,
+    so tests (and people debugging a job) can check exactly-once data and cross-rank agreement."""
+
+    rank: int
+    size: int
+    records: int = 0
+    steps_per_epoch: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+    resumed_from: dict[str, int] | None = None
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    test: dict[str, Any] | None = None
+
+    def write(self, directory: Path | None, prepared: Prepared | None) -> None:
+        if directory is None:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"rank-{self.rank}.json").write_text(json.dumps(self.__dict__, indent=1))
+        if prepared is not None:
+            values = values_of(model_variables(prepared))
+            np.savez(directory / f"rank-{self.rank}-weights.npz", *values)
+
+
+@dataclass(frozen=True)
+class LocalSetup:
+    prepared: Prepared
+    checkpoint: ckpt.Checkpoint | None
+    learning_rate: LearningRatePlan
+
+
+def _local_setup(job: JobEnvironment, settings: TrainerSettings, module_path: Path, batch: int) -> LocalSetup:
+    prepared = prepare(job, settings, module_path, batch)
+    checkpoint = None
+    if job.ranks.rank == 0:
+        latest = ckpt.latest_checkpoint(job.checkpoint_dir)
+        if latest is not None:
+            checkpoint = ckpt.read_checkpoint(latest)
+            ckpt.check_matches(
+                checkpoint,
+                [tuple(value.shape) for value in values_of(model_variables(prepared))],
+                [tuple(value.shape) for value in values_of(optimizer_variables(prepared))],
+            )
+    # Read before any restore: a restored optimizer carries the scaled/warmed-up rate, not the user's.
+    plan = learning_rate_plan(prepared, settings, job.ranks.size, steps_per_epoch=1)
+    return LocalSetup(prepared, checkpoint, plan)
+
+
+def _agree(
+    engine: Engine,
+    failure: tuple[int, str] | None,
+    counts: Mapping[str, int],
+    local_error: BaseException | None,
+) -> list[dict[str, Any]]:
+    """Every rank learns every rank's outcome; if any failed, all fail with the first failure's sentence
+    (the failing rank keeps its own exception as the cause, so its error file has the traceback)."""
+    gathered = engine.allgather_object({"failure": failure, "counts": dict(counts)})
+    for rank, outcome in enumerate(gathered):
+        if outcome["failure"] is not None:
+            code, message = outcome["failure"]
+            mine = rank == engine.ranks.rank
+            if not mine:
+                message = f"rank {rank} failed: {message}"
+            error = UserError(message) if code == ExitCode.USER_ERROR else PlatformError(message)
+            raise error from (local_error if mine else None)
+    return gathered
+
+
+def _restore_and_broadcast(engine: Engine, setup: LocalSetup) -> ckpt.CheckpointMeta | None:
+    prepared = setup.prepared
+    if setup.checkpoint is not None:
+        for variable, value in zip(model_variables(prepared), setup.checkpoint.model_values, strict=True):
+            variable.assign(value)
+        for variable, value in zip(
+            optimizer_variables(prepared), setup.checkpoint.optimizer_values, strict=True
+        ):
+            variable.assign(value)
+    meta = engine.broadcast_object(setup.checkpoint.meta if setup.checkpoint is not None else None)
+    # Rank 0's initial (or restored) state wins everywhere, whatever each rank initialised.
+    engine.broadcast_variables(model_variables(prepared) + optimizer_variables(prepared))
+    return meta
+
+
+def _start_point(
+    meta: ckpt.CheckpointMeta | None, job: JobEnvironment, settings: TrainerSettings
+) -> ckpt.Progress:
+    if meta is None:
+        return ckpt.Progress(0, 0)
+    progress = meta.progress
+    same_layout = meta.ranks == job.ranks.size and meta.global_batch_size == settings.batch_size
+    if progress.steps_into_epoch and not same_layout:
+        # Mid-epoch positions only mean something with the same shards and batches.
+        if job.ranks.rank == 0:
+            _note(
+                f"checkpoint was taken mid-epoch with {meta.ranks} ranks and batch_size "
+                f"{meta.global_batch_size}; this job differs, so epoch "
+                f"{progress.epochs_completed + 1} restarts."
+            )
+        progress = ckpt.Progress(progress.epochs_completed, 0)
+    return progress
+
+
+def _checkpoint(
+    job: JobEnvironment, settings: TrainerSettings, prepared: Prepared, progress: ckpt.Progress
+) -> Path:
+    path = job.checkpoint_dir / ckpt.checkpoint_name(progress)
+    if job.ranks.rank == 0:
+        meta = ckpt.CheckpointMeta(progress, settings.seed, job.ranks.size, settings.batch_size)
+        path = ckpt.write_checkpoint(
+            job.checkpoint_dir,
+            meta,
+            values_of(model_variables(prepared)),
+            values_of(optimizer_variables(prepared)),
+        )
+    return path
+
+
+def _train(
+    job: JobEnvironment,
+    settings: TrainerSettings,
+    engine: Engine,
+    setup: LocalSetup,
+    gathered: list[dict[str, Any]],
+    stop: StopRequest,
+    report: RankReport,
+) -> dict[str, float]:
+    prepared = setup.prepared
+    ranks = job.ranks
+    batch = settings.per_rank_batch_size(ranks.size)
+    train_counts = [outcome["counts"][TRAIN] for outcome in gathered]
+    natural_steps = steps_per_epoch(train_counts, batch)
+    steps = steps_per_epoch(train_counts, batch, settings.steps_per_epoch)
+    sizes = batch_sizes(prepared.train.count, steps, batch, take_all=steps == natural_steps)
+    report.records, report.steps_per_epoch, report.batch_sizes = prepared.train.count, steps, list(sizes)
+    target = setup.learning_rate.target
+    lr_plan = LearningRatePlan(target, round(settings.warmup_epochs * steps)) if target is not None else None
+
+    meta = _restore_and_broadcast(engine, setup)
+    start = _start_point(meta, job, settings)
+    if meta is not None:
+        report.resumed_from = {
+            "epochs_completed": start.epochs_completed,
+            "steps_into_epoch": start.steps_into_epoch,
+        }
+        if ranks.rank == 0:
+            _note(
+                f"resuming after epoch {start.epochs_completed} step {start.steps_into_epoch} "
+                f"from {job.checkpoint_dir}"
+            )
+    if ranks.rank == 0:
+        _note(
+            f"{ranks.size} rank(s), {sum(train_counts)} training records, {steps} steps per epoch, "
+            f"batch {batch} per rank (global {batch * ranks.size})"
+        )
+
+    train_step, eval_step = make_train_step(prepared, engine), make_eval_step(prepared)
+    writer = EpochScalars(job.tensorboard_dir) if (ranks.rank == 0 and job.tensorboard_dir.is_dir()) else None
+    last_metrics: dict[str, float] = {}
+    for epoch in range(start.epochs_completed + 1, settings.epochs + 1):
+        skip = start.steps_into_epoch if epoch == start.epochs_completed + 1 else 0
+        batches = epoch_batches(
+            prepared.train,
+            sizes=sizes,
+            seed=epoch_seed(settings.seed, epoch, ranks.rank),
+            shuffle_buffer=settings.shuffle_buffer,
+            skip_steps=skip,
+        )
+        reset_metrics(prepared)
+        iterator = iter(batches)
+        for done in range(skip + 1, steps + 1):
+            if lr_plan is not None:
+                set_learning_rate(prepared, lr_plan.at((epoch - 1) * steps + done - 1))
+            try:
+                stops = train_step(iterator, STOP if stop.requested else CONTINUE)
+            except tf.errors.OutOfRangeError:
+                raise UserError(
+                    f"channel 'train' ran out of records on rank {ranks.rank} at step {done} of epoch "
+                    f"{epoch}, though {steps} steps were counted at start; input_fn must return the same "
+                    f"records every time it is iterated."
+                ) from None
+            if float(stops) > 0:
+                progress = ckpt.Progress(epoch - 1, done) if done < steps else ckpt.Progress(epoch, 0)
+                path = _checkpoint(job, settings, prepared, progress)
+                raise Terminated(
+                    f"stopped by SIGTERM after epoch {epoch} step {done}; checkpoint written to {path}"
+                )
+        local = local_metrics(prepared)
+        averaged = mean_metrics(engine, {**local, "_stop": 1.0 if stop.requested else 0.0}, True)
+        stop_now = averaged.pop("_stop") > 0
+        epoch_report: dict[str, Any] = {
+            "epoch": epoch,
+            "local": local,
+            "mean": dict(averaged),
+            "learning_rate": float(np.asarray(tf.convert_to_tensor(prepared.optimizer.learning_rate))),
+        }
+        if prepared.validation is not None:
+            val_local, val_mean = evaluate(prepared, engine, prepared.validation, batch, eval_step)
+            averaged.update({f"val_{name}": value for name, value in val_mean.items()})
+            epoch_report.update(val_local=val_local, val_mean=val_mean)
+        report.epochs.append(epoch_report)
+        last_metrics = averaged
+        if ranks.rank == 0:
+            print_line(epoch_line(epoch, averaged))
+            if writer is not None:
+                writer.write(epoch, averaged)
+        every = settings.checkpoint_every_epochs
+        if stop_now or (every and (epoch % every == 0 or epoch == settings.epochs)):
+            path = _checkpoint(job, settings, prepared, ckpt.Progress(epoch, 0))
+            if stop_now:
+                raise Terminated(
+                    f"stopped by SIGTERM after epoch {epoch} step {steps}; checkpoint written to {path}"
+                )
+    return last_metrics
+
+
+def _finish(
+    job: JobEnvironment,
+    settings: TrainerSettings,
+    engine: Engine,
+    prepared: Prepared,
+    metrics: dict[str, float],
+    report: RankReport,
+) -> None:
+    batch = settings.per_rank_batch_size(job.ranks.size)
+    results = dict(metrics)
+    if prepared.test is not None:
+        test_local, test_mean = evaluate(prepared, engine, prepared.test, batch, make_eval_step(prepared))
+        results.update({f"test_{name}": value for name, value in test_mean.items()})
+        report.test = {"local": test_local, "mean": test_mean}
+        if job.ranks.rank == 0:
+            print_line(" ".join(["test", *epoch_line(0, test_mean).split(" ")[1:]]))
+    if job.ranks.rank == 0:
+        write_metrics(job.output_data_dir / "metrics.json", results)
+        saved_model, keras_file = export_model(prepared.model, job.model_dir)
+        _note(f"exported {saved_model} and {keras_file}")
+
+
+def run(module_path: Path, environ: Mapping[str, str], stop: StopRequest) -> None:
+    job = job_environment(environ)
+    settings = settings_from(job.hyperparameters)
+    batch = settings.per_rank_batch_size(job.ranks.size)
+    engine = make_engine(job.engine, job.ranks)
+    report = RankReport(job.ranks.rank, job.ranks.size)
+    setup: LocalSetup | None = None
+    failure: tuple[int, str] | None = None
+    local_error: BaseException | None = None
+    try:
+        setup = _local_setup(job, settings, module_path, batch)
+    except SagetrainError as error:
+        failure, local_error = (int(error.exit_code), str(error)), error
+    except Exception as error:
+        failure = (
+            int(ExitCode.PLATFORM_ERROR),
+            f"the managed trainer failed while preparing: {describe_exception(error)}",
+        )
+        local_error = error
+    counts = {}
+    if setup is not None:
+        prepared = setup.prepared
+        counts = {
+            name: records.count
+            for name, records in (
+                ("train", prepared.train),
+                ("validation", prepared.validation),
+                ("test", prepared.test),
+            )
+            if records is not None
+        }
+    gathered = _agree(engine, failure, counts, local_error)
+    if setup is None:
+        raise PlatformError("preparation failed without a reported cause.")
+    check_records_per_rank(TRAIN, [outcome["counts"][TRAIN] for outcome in gathered])
+    try:
+        metrics = _train(job, settings, engine, setup, gathered, stop, report)
+        _finish(job, settings, engine, setup.prepared, metrics, report)
+    except tf.errors.OpError as error:
+        raise UserError(f"training failed on rank {job.ranks.rank}: {describe_exception(error)}") from error
+    finally:
+        report.write(job.report_dir, setup.prepared)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if len(arguments) != 1 or arguments[0] in {"-h", "--help"}:
+        print(
+            "usage: python -m sagetrain.trainer <path/to/model_module.py>\n"
+            "Trains the Keras model module's build_model(hp) on the job's channels "
+            "(see docs/keras-module.md).",
+            file=sys.stderr,
+        )
+        return 0 if arguments and arguments[0] in {"-h", "--help"} else int(ExitCode.USER_ERROR)
+    stop = StopRequest()
+    stop.install()
+    error_file = Path(os.environ["SAGETRAIN_ERROR_FILE"]) if os.environ.get("SAGETRAIN_ERROR_FILE") else None
+    try:
+        run(Path(arguments[0]), os.environ, stop)
+    except SagetrainError as error:
+        report_failure(str(error), error_file, error)
+        return int(error.exit_code)
+    except Exception as error:
+        report_failure(f"the managed trainer failed: {describe_exception(error)}", error_file, error)
+        return int(ExitCode.PLATFORM_ERROR)
+    return int(ExitCode.SUCCESS)

@@ -1,0 +1,141 @@
+"""Bad model modules and data: one sentence naming module/function/channel in the error file, exit 1,
+and no rank left waiting when only one of them fails."""
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer_cases"))
+
+import trainer_data as data
+from trainer_harness import run_trainer
+
+MODEL = """
+import keras, tensorflow as tf, os
+def model(compiled=True):
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    if compiled:
+        m.compile(optimizer="sgd", loss="mse")
+    return m
+"""
+
+CASES = {
+    "no-build-model": ("x = 1\n", r"^bad\.py defines no build_model\(hp\)"),
+    "import-fails": ("import not_a_module\n", r"^importing bad\.py failed: ModuleNotFoundError"),
+    "build-model-raises": (
+        "def build_model(hp):\n    raise ValueError('boom')\n",
+        r"^build_model in bad\.py raised: ValueError: boom\.$",
+    ),
+    "returns-non-model": (
+        "def build_model(hp):\n    return 3\n",
+        r"^build_model in bad\.py returned int, not a keras\.Model\.",
+    ),
+    "uncompiled-no-optimizer": (
+        "def build_model(hp):\n    return model(compiled=False)\n",
+        r"^build_model in bad\.py returned an uncompiled model and the hyperparameters "
+        r"name no 'optimizer'",
+    ),
+    "input-fn-not-dataset": (
+        "def build_model(hp):\n    return model()\ndef input_fn(channel, hp):\n    return [1]\n",
+        r"^input_fn in bad\.py \(channel 'train'\) must return a tf\.data\.Dataset, got list",
+    ),
+    "input-fn-not-pairs": (
+        "def build_model(hp):\n    return model()\n"
+        "def input_fn(channel, hp):\n    return tf.data.Dataset.range(5)\n",
+        r"^input_fn in bad\.py \(channel 'train'\) must yield \(features, label\) pairs",
+    ),
+    "features-do-not-fit-model": (
+        "def build_model(hp):\n    return model()\n"
+        "def input_fn(channel, hp):\n"
+        "    return tf.data.Dataset.from_tensor_slices((tf.zeros((6, 7)), tf.zeros(6)))\n",
+        r"^the model from build_model in bad\.py cannot train on the records of channel 'train' "
+        r"\(features float32\[7\], label float32\[\]\): "
+        r"ValueError: Input 0 .* of layer .dense. is incompatible",
+    ),
+}
+
+
+def write_module(root: Path, body: str) -> Path:
+    module = root / "code" / "bad.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(textwrap.dedent(MODEL) + body)
+    return module
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_module_is_one_named_sentence(tmp_path, case):
+    body, pattern = CASES[case]
+    data.write_npz(tmp_path / "input" / "data" / "train", 6, 1, features=3)
+
+    run = run_trainer(tmp_path, write_module(tmp_path, body), {"epochs": 1, "batch_size": 2})
+
+    assert run.returncode == 1, run.stderr[-2000:]
+    error = run.error(0)
+    assert error is not None, run.stderr[-2000:]
+    assert error["message"].count("\n") == 0
+    assert __import__("re").search(pattern, error["message"]), error["message"]
+    assert error["message"] in run.stderr
+
+
+def test_tfrecord_channel_without_parse_record(tmp_path):
+    data.write_tfrecord(tmp_path / "input" / "data" / "train", 6, 1)
+    run = run_trainer(tmp_path, write_module(tmp_path, "def build_model(hp):\n    return model()\n"), {})
+    assert run.returncode == 1
+    assert run.error(0)["message"].startswith(
+        "channel 'train' holds TFRecord files; define parse_record(serialized, hp) in bad.py"
+    )
+
+
+def test_channel_with_zero_records(tmp_path):
+    data.write_npz(tmp_path / "input" / "data" / "train", 0, 1)
+    run = run_trainer(tmp_path, write_module(tmp_path, "def build_model(hp):\n    return model()\n"), {})
+    assert run.returncode == 1
+    assert run.error(0)["message"].startswith("channel 'train' has no records")
+
+
+def test_other_engines_are_rejected_with_a_pointer_to_horovod(tmp_path):
+    data.write_npz(tmp_path / "input" / "data" / "train", 6, 1)
+    run = run_trainer(
+        tmp_path,
+        write_module(tmp_path, "def build_model(hp):\n    return model()\n"),
+        {},
+        extra_env={"SAGETRAIN_ENGINE": "multi_worker_mirrored", "TF_CONFIG": "{}"},
+    )
+    assert run.returncode == 1
+    assert "does not run on the multi_worker_mirrored engine" in run.error(0)["message"]
+
+
+def test_fewer_records_than_ranks_fails_alike_on_every_rank(tmp_path):
+    data.write_npz(tmp_path / "input" / "data" / "train", 2, 1)
+    run = run_trainer(
+        tmp_path,
+        write_module(tmp_path, "def build_model(hp):\n    return model()\n"),
+        {"batch_size": 3},
+        ranks=3,
+    )
+    assert run.returncode == 1, run.stderr[-2000:]
+    messages = {run.error(rank)["message"] for rank in range(3)}
+    assert messages == {
+        "channel 'train' has 2 records, too few for 3 ranks (rank 2 would get none); add records "
+        "or run fewer ranks."
+    }
+
+
+def test_one_rank_failing_stops_all_without_hanging(tmp_path):
+    data.write_npz(tmp_path / "input" / "data" / "train", 8, 1)
+    body = (
+        "def build_model(hp):\n    return model()\n"
+        "def input_fn(channel, hp):\n"
+        "    if os.environ['SAGETRAIN_RANK'] == '1':\n"
+        "        raise RuntimeError('cannot open ' + channel.files[0])\n"
+        "    return tf.data.Dataset.from_tensor_slices((tf.zeros((8, 4)), tf.zeros(8)))\n"
+    )
+    run = run_trainer(tmp_path, write_module(tmp_path, body), {"batch_size": 2}, ranks=2)
+
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.error(1)["message"].startswith(
+        "input_fn in bad.py raised for channel 'train': RuntimeError: cannot open"
+    )
+    assert run.error(0)["message"] == f"rank 1 failed: {run.error(1)['message']}"

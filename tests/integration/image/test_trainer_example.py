@@ -1,0 +1,48 @@
+"""The digits example end to end on one process: it learns, and its export loads and predicts both as a
+SavedModel (serving signature) and as a .keras file."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer_cases"))
+
+from trainer_harness import REPO, run_trainer
+
+EXAMPLE = REPO / "examples" / "keras_digits"
+
+
+def test_digits_example_trains_evaluates_and_exports(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    shutil.copytree(EXAMPLE / "data", tmp_path / "input" / "data")
+    (tmp_path / "output" / "tensorboard").mkdir(parents=True)
+    hyperparameters = {
+        key: json.loads(value)
+        for key, value in json.loads((EXAMPLE / "hyperparameters.json").read_text()).items()
+    }
+    hyperparameters["epochs"] = 3
+
+    run = run_trainer(tmp_path, EXAMPLE / "model.py", hyperparameters)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [line.split()[0] for line in run.epoch_lines()] == ["epoch=1", "epoch=2", "epoch=3"]
+    assert "val_accuracy=" in run.epoch_lines()[-1]
+    metrics = json.loads((tmp_path / "output" / "data" / "metrics.json").read_text())
+    assert metrics["test_accuracy"] > 0.8, metrics
+    assert list((tmp_path / "output" / "tensorboard").iterdir()), "TensorBoard events written"
+
+    images = np.stack([np.full((8, 8, 1), value, np.float32) for value in (0.0, 8.0, 16.0)])
+    keras_model = keras.saving.load_model(tmp_path / "model" / "model.keras")
+    expected = keras_model.predict(images, verbose=0)
+    assert expected.shape == (3, 10)
+    np.testing.assert_allclose(expected.sum(axis=1), 1.0, rtol=1e-5)
+
+    loaded = tf.saved_model.load(str(tmp_path / "model" / "1"))
+    serving = loaded.signatures["serving_default"]
+    outputs = serving(tf.constant(images))
+    np.testing.assert_allclose(next(iter(outputs.values())).numpy(), expected, rtol=1e-5, atol=1e-6)

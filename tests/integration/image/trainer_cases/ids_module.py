@@ -1,0 +1,64 @@
+"""A Keras model module for the trainer's distributed tests.
+
+Feature 0 of every record is its id. The ``RecordIds`` layer strips it and, in training steps only, appends
+the step's ids to ``<ids_dir>/ids-rank-<rank>.txt`` (one line per step), so the test sees exactly which
+records each rank trained on. With ``sigterm_at_step`` it sends SIGTERM to its own process during that
+step (counted per process, on rank ``sigterm_rank``) — a deterministic stand-in for a spot interruption.
+"""
+
+import os
+import signal
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="sagetrain_tests")
+class RecordIds(keras.layers.Layer):
+    def __init__(self, ids_dir="", sigterm_at_step=0, sigterm_rank=0, **kwargs):
+        super().__init__(**kwargs)
+        self.ids_dir, self.sigterm_at_step, self.sigterm_rank = ids_dir, sigterm_at_step, sigterm_rank
+        self._steps = 0
+
+    def call(self, inputs, training=False):
+        if training and self.ids_dir:
+            tf.py_function(self._log, [inputs[:, 0]], [])
+        return inputs[:, 1:]
+
+    def _log(self, ids):
+        self._steps += 1
+        rank = int(os.environ.get("SAGETRAIN_RANK", "0"))
+        with (Path(self.ids_dir) / f"ids-rank-{rank}.txt").open("a") as log:
+            log.write(" ".join(str(int(value)) for value in np.asarray(ids)) + "\n")
+        if self._steps == self.sigterm_at_step and rank == self.sigterm_rank:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def get_config(self):
+        return {**super().get_config(), "ids_dir": "", "sigterm_at_step": 0, "sigterm_rank": 0}
+
+
+def build_model(hp):
+    features = hp.get("features", 3)
+    inputs = keras.Input((features + 1,))
+    hidden = RecordIds(hp.get("ids_dir", ""), hp.get("sigterm_at_step", 0), hp.get("sigterm_rank", 0))(inputs)
+    hidden = keras.layers.Dense(8, activation="tanh")(hidden)
+    outputs = keras.layers.Dense(1)(hidden)
+    model = keras.Model(inputs, outputs)
+    if hp.get("compile_in_module", True):
+        model.compile(
+            optimizer=keras.optimizers.Adam(hp.get("learning_rate", 0.01)), loss="mse", metrics=["mae"]
+        )
+    return model
+
+
+def parse_record(serialized, hp):
+    parsed = tf.io.parse_single_example(
+        serialized,
+        {
+            "x": tf.io.FixedLenFeature([hp.get("features", 3) + 1], tf.float32),
+            "y": tf.io.FixedLenFeature([], tf.float32),
+        },
+    )
+    return parsed["x"], parsed["y"]

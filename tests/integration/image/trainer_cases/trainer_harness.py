@@ -1,0 +1,118 @@
+"""Run the managed trainer as the launcher would: ``python -m sagetrain.trainer module.py`` on every rank,
+under real ``mpirun`` with Horovod for more than one rank, with the SM_* and SAGETRAIN_* environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import sagetrain
+
+CASES = Path(__file__).resolve().parent
+REPO = CASES.parents[3]
+SAGETRAIN_ROOT = Path(sagetrain.__file__).resolve().parents[1]
+# A run that takes longer than this is hung (e.g. a rank waiting in a collective for a dead peer).
+RUN_DEADLINE_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    root: Path
+
+    @property
+    def report_dir(self) -> Path:
+        return self.root / "report"
+
+    def report(self, rank: int) -> dict:
+        return json.loads((self.report_dir / f"rank-{rank}.json").read_text())
+
+    def weights(self, rank: int) -> list[np.ndarray]:
+        with np.load(self.report_dir / f"rank-{rank}-weights.npz") as arrays:
+            return [arrays[key] for key in sorted(arrays.files, key=lambda name: int(name.split("_")[1]))]
+
+    def error(self, rank: int) -> dict | None:
+        path = self.root / "errors" / f"error-rank-{rank}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def epoch_lines(self) -> list[str]:
+        return [line for line in self.stdout.splitlines() if line.startswith("epoch=")]
+
+
+def run_trainer(
+    root: Path,
+    module: Path,
+    hyperparameters: dict,
+    ranks: int = 1,
+    distribution: str = "FullyReplicated",
+    extra_env: dict | None = None,
+) -> Run:
+    """``root`` is the /opt/ml tree; its channels are the folders under ``input/data``."""
+    data = root / "input" / "data"
+    channels = sorted(path.name for path in data.iterdir() if path.is_dir()) if data.is_dir() else []
+    (root / "errors").mkdir(parents=True, exist_ok=True)
+    job_env = {
+        "SAGEMAKER_BASE_DIR": str(root),
+        "SM_HPS": json.dumps(hyperparameters),
+        "SM_CHANNELS": json.dumps(channels),
+        "SM_INPUT_DATA_CONFIG": json.dumps(
+            {name: {"TrainingInputMode": "File", "S3DistributionType": distribution} for name in channels}
+        ),
+        "SM_MODEL_DIR": str(root / "model"),
+        "SM_OUTPUT_DATA_DIR": str(root / "output" / "data"),
+        "SAGETRAIN_TRAINER_REPORT_DIR": str(root / "report"),
+        "SAGETRAIN_ENGINE": "horovod" if ranks > 1 else "single",
+        # Where this process found sagetrain: the work tree on a host, the installed package in the image.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SAGETRAIN_ROOT), os.environ.get("PYTHONPATH")])),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        **{f"SM_CHANNEL_{name.upper()}": str(data / name) for name in channels},
+        **(extra_env or {}),
+    }
+    trainer = [sys.executable, "-m", "sagetrain.trainer", str(module)]
+    if ranks == 1:
+        command = trainer
+        job_env.update(
+            SAGETRAIN_RANK="0",
+            SAGETRAIN_SIZE="1",
+            SAGETRAIN_LOCAL_RANK="0",
+            SAGETRAIN_LOCAL_SIZE="1",
+            SAGETRAIN_ERROR_FILE=str(root / "errors" / "error-rank-0.json"),
+        )
+    else:
+        exported = [argument for name in job_env for argument in ("-x", name)]
+        command = [
+            "mpirun",
+            "-np",
+            str(ranks),
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            *exported,
+            sys.executable,
+            str(CASES / "rank_env.py"),
+            str(root / "errors"),
+            *trainer,
+        ]
+    environment = {
+        **os.environ,
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        **job_env,
+    }
+    completed = subprocess.run(
+        command, env=environment, capture_output=True, text=True, timeout=RUN_DEADLINE_SECONDS, check=False
+    )
+    return Run(completed.returncode, completed.stdout, completed.stderr, root)
+
+
+def step_ids(root: Path, rank: int) -> list[list[int]]:
+    """The record ids of each training step rank ``rank`` ran, in order."""
+    path = root / "ids" / f"ids-rank-{rank}.txt"
+    return [[int(value) for value in line.split()] for line in path.read_text().splitlines()]
