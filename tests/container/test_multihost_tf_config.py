@@ -1,0 +1,88 @@
+"""The TF_CONFIG engines across containers: MultiWorkerMirroredStrategy on 2 hosts with tf-keras `fit`
+and with a Keras 3 `strategy.run` loop (identical weights on both workers), a Keras model module under
+that strategy (trains correctly or is refused with a pointer to Horovod), and the parameter-server
+layout, which must start and end without hanging on workers that serve forever."""
+
+import json
+
+import pytest
+from cluster import (
+    CASES,
+    assert_identical_weights,
+    exited_on_their_own,
+    files_by_host,
+    run_cluster,
+    write_regression_csv,
+)
+
+pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
+
+MWMS = {"sagemaker_multi_worker_mirrored_strategy_enabled": True}
+
+
+def assert_every_host_succeeded(result):
+    assert result.exit_code == 0, result.describe()
+    assert set(result.exit_codes().values()) == {0}, result.describe()
+    assert all(exited_on_their_own(result).values()), result.describe()
+    for host in result.hosts:
+        assert (result.tree(host) / "output" / "success").is_file(), f"{host} wrote no success file"
+
+
+@pytest.mark.parametrize(
+    ("case", "env"),
+    [
+        pytest.param("mwms_tfkeras", {"TF_USE_LEGACY_KERAS": "1"}, id="tf-keras-fit"),
+        pytest.param("mwms_keras3_loop", {}, id="keras3-strategy-run"),
+    ],
+)
+def test_multi_worker_mirrored_on_two_hosts_gives_identical_weights(tmp_path, cpu_image, case, env):
+    data = write_regression_csv(tmp_path / "data", rows=96)
+    result = run_cluster(
+        tmp_path, cpu_image, 2, CASES / case, name=case, program="train.py", hyperparameters=MWMS,
+        channels={"train": data}, env=env, extra=["--grace", "60"], timeout=480,
+    )  # fmt: skip
+    assert_every_host_succeeded(result)
+    weights = files_by_host(result, "worker-*-weights.npz")
+    # TF_CONFIG task index follows the host order: worker 0 on algo-1, worker 1 on algo-2.
+    assert {host: [path.name for path in paths] for host, paths in weights.items()} == {
+        "algo-1": ["worker-0-weights.npz"],
+        "algo-2": ["worker-1-weights.npz"],
+    }
+    assert_identical_weights([paths[0] for paths in weights.values()])
+    assert (result.output / "model" / "model.keras").is_file()
+
+
+def test_model_module_under_multi_worker_mirrored_trains_correctly_or_points_to_horovod(tmp_path, cpu_image):
+    """Keras 3 `fit` under this strategy is broken upstream (keras-team/keras#20585). The image must not
+    pass that on silently: either its trainer makes it work (identical weights) or it refuses clearly."""
+    data = write_regression_csv(tmp_path / "data", rows=96)
+    hps = {**MWMS, "epochs": 1, "batch_size": 16, "label_column": "label"}
+    result = run_cluster(
+        tmp_path, cpu_image, 2, CASES / "keras_module", name="mwms-module", program="model.py",
+        hyperparameters=hps, channels={"train": data},
+        env={"SAGETRAIN_TRAINER_REPORT_DIR": "/opt/ml/output/data/trainer-report"},
+        extra=["--grace", "60"], timeout=480,
+    )  # fmt: skip
+    if result.exit_code == 0:
+        assert_every_host_succeeded(result)
+        weights = [
+            p for paths in files_by_host(result, "trainer-report/rank-*-weights.npz").values() for p in paths
+        ]
+        assert len(weights) == 2, weights
+        assert_identical_weights(weights)
+    else:
+        assert all(code not in (0, None) for code in result.exit_codes().values()), result.describe()
+        line = result.failure_line("algo-1") or ""
+        assert "Horovod" in line or "horovod" in line, result.describe()
+
+
+def test_parameter_server_layout_starts_and_ends(tmp_path, cpu_image):
+    hps = {"sagemaker_parameter_server_enabled": True}
+    result = run_cluster(
+        tmp_path, cpu_image, 2, CASES / "ps_script", name="ps", program="train.py", hyperparameters=hps,
+        extra=["--grace", "60"], timeout=480,
+    )  # fmt: skip
+    assert_every_host_succeeded(result)
+    assert "serving as worker 0" in result.host_lines("algo-2"), result.describe()
+    outcome = json.loads((result.output / "model" / "result.json").read_text())
+    assert outcome == {"steps": 20, "weight": 20.0}
