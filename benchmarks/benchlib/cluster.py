@@ -1,0 +1,159 @@
+"""Run one training job of N hosts (containers algo-1..N on an --internal network) and keep what the
+figures need: each container's start and exit time and every log line with the time Docker received it.
+
+The /opt/ml trees are written by `scripts/local-cluster --write-only`, so both images under comparison
+see exactly the files SageMaker would give them. The containers are driven here, not by local-cluster,
+because the figures need Docker's own StartedAt/FinishedAt and time-stamped logs, which local-cluster
+does not keep, and because every host must be allowed to end on its own (teardown is what is measured).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchlib.docker import Docker, DockerError, parse_docker_time
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_CLUSTER = REPO / "scripts" / "local-cluster"
+
+
+class JobFailed(Exception):
+    """A benchmark job did not succeed; the message names the host and quotes its last lines."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    image: str
+    hosts: int
+    code: Path
+    program: str
+    hyperparameters: Mapping[str, object] = field(default_factory=dict)
+    channels: Mapping[str, Path] = field(default_factory=dict)
+    entrypoint: str | None = None
+    command: tuple[str, ...] = ("train",)
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class LogLine:
+    at: float
+    text: str
+
+
+@dataclass(frozen=True)
+class HostRun:
+    host: str
+    exit_code: int
+    started_at: float
+    finished_at: float
+    log: tuple[LogLine, ...]
+
+    def lines_with(self, marker: str) -> list[LogLine]:
+        return [line for line in self.log if marker in line.text]
+
+    def tail(self, count: int = 15) -> str:
+        return "\n".join(f"    {self.host} | {line.text}" for line in self.log[-count:])
+
+
+@dataclass(frozen=True)
+class JobRun:
+    image: str
+    hosts: tuple[HostRun, ...]
+
+    def require_success(self) -> JobRun:
+        for host in self.hosts:
+            if host.exit_code != 0:
+                raise JobFailed(
+                    f"{self.image}: {host.host} exited with code {host.exit_code}; last lines:\n{host.tail()}"
+                )
+        return self
+
+    def lines_with(self, marker: str) -> list[LogLine]:
+        return sorted((line for host in self.hosts for line in host.lines_with(marker)), key=lambda x: x.at)
+
+
+def field_values(text: str) -> dict[str, str]:
+    """``key=value`` words of a log line (mpirun may prefix ranks' lines with tags; they are ignored)."""
+    pairs = (word.split("=", 1) for word in text.split() if "=" in word)
+    return {key: value for key, value in pairs}
+
+
+def write_trees(spec: JobSpec, job_name: str, trees: Path) -> None:
+    command = [
+        sys.executable, str(LOCAL_CLUSTER), "--image", spec.image, "--hosts", str(spec.hosts),
+        "--code", str(spec.code), "--program", spec.program,
+        "--hp-json", json.dumps(dict(spec.hyperparameters)),
+        "--job-name", job_name, "--write-only", "--workdir", str(trees),
+    ]  # fmt: skip
+    for name, path in spec.channels.items():
+        command += ["--channel", f"{name}={path}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise JobFailed(f"local-cluster could not write the host trees: {done.stderr.strip() or done.stdout}")
+
+
+def _read_log(docker: Docker, container: str) -> tuple[LogLine, ...]:
+    command = [docker.executable, "logs", "--timestamps", container]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    lines = []
+    for raw in (done.stdout + done.stderr).splitlines():
+        stamp, _, text = raw.partition(" ")
+        try:
+            lines.append(LogLine(parse_docker_time(stamp), text))
+        except ValueError:
+            lines.append(LogLine(0.0, raw))
+    return tuple(sorted(lines, key=lambda line: line.at))
+
+
+def run_job(docker: Docker, spec: JobSpec, workdir: Path) -> JobRun:
+    """Create, start, wait for and remove one job's containers; raises JobFailed/DockerError."""
+    job_name = f"sagetrain-bench-{secrets.token_hex(3)}"
+    trees = workdir / job_name
+    network = f"{job_name}-net"
+    hosts = [f"algo-{index}" for index in range(1, spec.hosts + 1)]
+    containers = {host: f"{job_name}-{host}" for host in hosts}
+    try:
+        write_trees(spec, job_name, trees)
+        docker.create_network(network)
+        for host in hosts:
+            args = [
+                "--hostname", host, "--network", network, "--network-alias", host, "--shm-size", "1g",
+                "--mount", f"type=bind,source={(trees / host).resolve()},target=/opt/ml",
+            ]  # fmt: skip
+            if spec.entrypoint is not None:
+                args += ["--entrypoint", spec.entrypoint]
+            for key, value in spec.env.items():
+                args += ["--env", f"{key}={value}"]
+            docker.create_container(containers[host], [*args, spec.image, *spec.command])
+        docker.run(["start", *containers.values()])
+        try:
+            docker.run(["wait", *containers.values()], timeout=spec.timeout_seconds)
+        except DockerError as error:
+            tails = "\n".join(
+                HostRun(host, -1, 0, 0, _read_log(docker, name)).tail() for host, name in containers.items()
+            )
+            overran = f"{spec.image}: the job overran {spec.timeout_seconds:g} s"
+            raise JobFailed(f"{overran}; last lines:\n{tails}") from error
+        runs = []
+        for host, name in containers.items():
+            started, finished, code = docker.inspect(
+                name, "{{.State.StartedAt}} {{.State.FinishedAt}} {{.State.ExitCode}}"
+            ).split()
+            runs.append(
+                HostRun(host, int(code), parse_docker_time(started), parse_docker_time(finished),
+                        _read_log(docker, name))
+            )  # fmt: skip
+        return JobRun(spec.image, tuple(runs))
+    finally:
+        for name in containers.values():
+            docker.remove_container(name)
+        docker.remove_network(network)
+        shutil.rmtree(trees, ignore_errors=True)

@@ -1,0 +1,28 @@
+"""One module per figure of issue 8; each has NUMBER, TITLE and ``samples(ctx) -> list[Row]``."""
+
+from types import ModuleType
+
+from figures import (
+    allreduce,
+    channel_read,
+    entry_overhead,
+    image_sizes,
+    rendezvous,
+    synthetic,
+    teardown,
+    trainer_vs_fit,
+)
+
+FIGURES: dict[int, ModuleType] = {
+    module.NUMBER: module
+    for module in (
+        entry_overhead,
+        teardown,
+        rendezvous,
+        allreduce,
+        trainer_vs_fit,
+        channel_read,
+        image_sizes,
+        synthetic,
+    )
+}
