@@ -12,7 +12,7 @@ Ensures the base image (default debian:bookworm-slim) exists locally:
   1. present already       -> nothing to do
   2. `docker pull` works   -> pulled
   3. otherwise             -> built with `debootstrap --variant=minbase bookworm` and imported
-Needs root and debootstrap (apt-get install debootstrap) for step 3.
+Step 3 needs root and debootstrap (installed with apt-get when missing and possible).
   --image NAME   image to provide (default debian:bookworm-slim)
   --mirror URL   Debian mirror for debootstrap (default http://deb.debian.org/debian)
   --force        rebuild with debootstrap even if the image exists
@@ -41,18 +41,24 @@ if [ "$force" = false ] && timeout 60 docker pull "$image" >/dev/null 2>&1; then
   exit 0
 fi
 if ! command -v debootstrap >/dev/null 2>&1; then
-  echo "base image $image is not available and debootstrap is missing; run: apt-get install -y debootstrap" >&2
-  exit 1
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "base image $image: installing debootstrap"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+  else
+    echo "base image $image is not available and debootstrap is missing; run: apt-get install -y debootstrap" >&2
+    exit 1
+  fi
 fi
 
 suite=${image#*:}
 suite=${suite%-slim}
 rootfs=$(mktemp -d /tmp/base-rootfs.XXXXXX)
-trap 'rm -rf "$rootfs"' EXIT
+log_file=$rootfs.log
+trap 'rm -rf "$rootfs" "$log_file"' EXIT
 echo "base image $image: building with debootstrap ($suite from $mirror)"
-debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$rootfs.log" 2>&1 || {
-  tail -20 "$rootfs.log" >&2; rm -f "$rootfs.log"; exit 1; }
-rm -f "$rootfs.log"
+debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >"$log_file" 2>&1 || {
+  tail -20 "$log_file" >&2; exit 1; }
 # Match the slim image: no apt lists or caches, and the same sources as the published image.
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
 tar -C "$rootfs" -c . | docker import \

@@ -8,7 +8,7 @@ usage() {
 Usage: scripts/test.sh [PYTEST ARGS...]
 
 Sets up, where it can (root on Debian/Ubuntu): the Docker engine (scripts/ensure-docker.sh), Open MPI
-and debootstrap from apt, a test virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU
+from apt, a test virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU
 image (scripts/build.sh cpu), then runs `python -m pytest tests` with any extra arguments.
 Environment:
   SAGETRAIN_TEST_VENV   virtualenv to use (default: .venv-test in the repository)
@@ -25,7 +25,6 @@ ca_certs=${SAGETRAIN_CA_CERTS:-/etc/ssl/certs/ca-certificates.crt}
 
 missing_debs=()
 command -v mpirun >/dev/null 2>&1 || missing_debs+=(openmpi-bin libopenmpi-dev)
-command -v debootstrap >/dev/null 2>&1 || missing_debs+=(debootstrap)
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || missing_debs+=(openssh-server openssh-client)
 if [ ${#missing_debs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

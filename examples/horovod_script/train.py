@@ -1,10 +1,10 @@
 """A Horovod + Keras 3 script written the way Horovod's own tensorflow2_keras_mnist example is.
 
-Nothing in it knows about this image: hvd.init, one GPU per local rank, the dataset sharded by rank,
-DistributedOptimizer with the learning rate scaled by the number of ranks, the broadcast, metric-average
-and warmup callbacks, and a save on rank 0. Run it with sagemaker_mpi_enabled (or on several hosts,
-where the image picks Horovod by default). Each rank prints a digest of its final weights: with
-gradients really averaged, every rank prints the same one.
+Nothing in it knows about this image: hvd.init, one GPU per local rank, the dataset sharded by rank and
+repeated with a fixed number of steps per epoch, DistributedOptimizer with the learning rate scaled by
+the number of ranks, the broadcast, metric-average and warmup callbacks, and a save on rank 0. Run it
+with sagemaker_mpi_enabled (or on several hosts, where the image picks Horovod by default). Each rank
+prints a digest of its final weights: with gradients really averaged, every rank prints the same one.
 """
 
 import argparse
@@ -18,8 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 
-def read_digits(channel_dir: str) -> tf.data.Dataset:
-    files = sorted(str(p) for p in Path(channel_dir).glob("*.tfrecord"))
+def read_digits(files: list[str]) -> tf.data.Dataset:
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(serialized: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -46,9 +45,15 @@ def main() -> None:
         tf.config.experimental.set_visible_devices(gpus[hvd.local_rank()], "GPU")
     keras.utils.set_random_seed(1 + hvd.rank())  # different initial weights per rank: the broadcast fixes it
 
+    files = sorted(str(p) for p in Path(os.environ["SM_CHANNEL_TRAIN"]).glob("*.tfrecord"))
+    records = sum(1 for _ in tf.data.TFRecordDataset(files))
+    # As Horovod's example: an endless stream and a fixed number of steps, the same on every rank (a
+    # rank that ran out of batches first would leave the others waiting in an allreduce).
+    steps_per_epoch = records // hvd.size() // args.batch_size
     dataset = (
-        read_digits(os.environ["SM_CHANNEL_TRAIN"])
+        read_digits(files)
         .shard(hvd.size(), hvd.rank())
+        .repeat()
         .shuffle(1024, seed=hvd.rank())
         .batch(args.batch_size, drop_remainder=True)
     )
@@ -69,7 +74,13 @@ def main() -> None:
         hvd.callbacks.MetricAverageCallback(),
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=1, verbose=0),
     ]
-    model.fit(dataset, epochs=args.epochs, callbacks=callbacks, verbose=2 if hvd.rank() == 0 else 0)
+    model.fit(
+        dataset,
+        steps_per_epoch=steps_per_epoch,
+        epochs=args.epochs,
+        callbacks=callbacks,
+        verbose=2 if hvd.rank() == 0 else 0,
+    )
 
     digest = hashlib.sha256(b"".join(np.asarray(w).tobytes() for w in model.get_weights())).hexdigest()
     print(f"rank={hvd.rank()} host={os.environ.get('SM_CURRENT_HOST')} weights_sha256={digest}", flush=True)

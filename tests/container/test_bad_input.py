@@ -189,6 +189,9 @@ CASES_TABLE = [
     Case("hosts-disagree", "cluster",
          edit_json(RC, lambda c: c.update(hosts=["algo-2", "algo-1"]), hosts=("algo-2",)),
          ("algo-2",), hosts=2, hyperparameters=TWO_HOSTS),
+    Case("hosts-disagree-same-master", "cluster",
+         edit_json(RC, lambda c: c.update(hosts=["algo-1", "algo-2", "algo-9"]), hosts=("algo-2",)),
+         ("algo-1, algo-2, algo-9", "same \"hosts\" list"), hosts=2, hyperparameters=TWO_HOSTS),
 ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import re
 import tarfile
 from collections.abc import Iterator
 
+import docker
 import pytest
 from conftest import REPO_ROOT, run_in_image
 
@@ -185,11 +186,23 @@ def layer_findings(layer: tarfile.TarFile) -> Iterator[str]:
                 yield f"private key in {member.name}"
 
 
-def test_no_layer_holds_a_private_key_host_key_or_build_secret(docker_client, cpu_image):
+# Docker 20.10 writes the whole export to disk before it sends the first byte: minutes for 2 GB on a
+# busy machine, far past docker-py's default 60 s read timeout.
+EXPORT_TIMEOUT_S = 900
+
+
+@pytest.fixture
+def exporting_client() -> Iterator[docker.DockerClient]:
+    client = docker.from_env(timeout=EXPORT_TIMEOUT_S)
+    yield client
+    client.close()
+
+
+def test_no_layer_holds_a_private_key_host_key_or_build_secret(exporting_client, cpu_image):
     findings: list[str] = []
     layers = 0
     with tarfile.open(
-        fileobj=io.BufferedReader(ChunkStream(docker_client.images.get(cpu_image).save())), mode="r|"
+        fileobj=io.BufferedReader(ChunkStream(exporting_client.images.get(cpu_image).save())), mode="r|"
     ) as saved:
         for member in saved:
             if not member.isfile() or not (

@@ -107,3 +107,23 @@ def test_forwarded_env_names_skip_per_process_and_mpi_internal_variables():
         "LD_LIBRARY_PATH": "",
     }
     assert forwarded_env_names(env) == ["LD_LIBRARY_PATH", "PATH", "SM_HPS"]
+
+
+def test_yield_when_idle_is_a_default_custom_options_can_override():
+    resources = ResourceConfig("algo-1", ("algo-1",), "local", "homogeneousCluster", (), "eth0")
+    crowded = make_plan(resources, JobSettings(mpi_enabled=True), gpus_per_host=4, cpus_per_host=4)
+    command = mpirun_command(crowded, interface="eth0", env_names=[], rank_argv=RANK, ssh=None)
+    assert " -mca mpi_yield_when_idle 1 " in " ".join(command)
+    overridden = make_plan(
+        resources,
+        JobSettings(mpi_enabled=True, custom_mpi_options="-mca mpi_yield_when_idle 0"),
+        gpus_per_host=4,
+        cpus_per_host=4,
+    )
+    command = mpirun_command(overridden, interface="eth0", env_names=[], rank_argv=RANK, ssh=None)
+    assert " ".join(command).count("mpi_yield_when_idle") == 1
+    assert " -mca mpi_yield_when_idle 0 " in " ".join(command)
+    roomy = make_plan(resources, JobSettings(mpi_enabled=True), gpus_per_host=4, cpus_per_host=64)
+    assert "mpi_yield_when_idle" not in mpirun_command(
+        roomy, interface="eth0", env_names=[], rank_argv=RANK, ssh=None
+    )

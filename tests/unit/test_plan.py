@@ -142,3 +142,18 @@ def test_unknown_distribution_group_is_refused():
 def test_custom_mpi_options_are_split_into_arguments():
     plan = make_plan(resources(), JobSettings(mpi_enabled=True, custom_mpi_options="-x A='b c' --verbose"), 2)
     assert plan.custom_mpi_options == ("-x", "A=b c", "--verbose")
+
+
+def test_mpi_yields_when_idle_only_when_ranks_fill_the_cpus():
+    settings = JobSettings(mpi_enabled=True, mpi_processes_per_host=2)
+    crowded = make_plan(resources(TWO), settings, gpus_per_host=0, cpus_per_host=2)
+    roomy = make_plan(resources(TWO), settings, gpus_per_host=0, cpus_per_host=8)
+    unknown = make_plan(resources(TWO), settings, gpus_per_host=0)
+    assert (crowded.mpi_yield_when_idle, roomy.mpi_yield_when_idle, unknown.mpi_yield_when_idle) == (
+        True,
+        False,
+        False,
+    )
+    assert any("yields when idle" in reason for reason in crowded.reasons)
+    mwms = make_plan(resources(TWO), JobSettings(multi_worker_mirrored_enabled=True), 0, cpus_per_host=1)
+    assert not mwms.mpi_yield_when_idle

@@ -54,3 +54,24 @@ def test_messages_round_trip():
     assert RankFailure.from_message(failure.to_message()) == failure
     verdict = Verdict(5, "c", "d")
     assert Verdict.from_message(verdict.to_message()) == verdict
+
+
+def test_root_failure_skips_ranks_that_failed_because_horovod_shut_down():
+    from sagetrain.report.verdict import root_failure
+
+    knock_on = RankFailure(
+        0, "algo-1", 1, "train.py", last_lines=("horovod.common.exceptions.HorovodInternalError: ...",)
+    )
+    shut_down = RankFailure(3, "algo-2", 1, "train.py", message="Horovod has been shut down. This was caused")
+    terminated = RankFailure(2, "algo-2", 128 + signal.SIGTERM, "train.py")
+    real = RankFailure(1, "algo-1", 1, "train.py", message="ValueError: bad batch")
+    assert root_failure([knock_on, shut_down, terminated, real]) is real
+    assert root_failure([real, knock_on]) is real
+    # Nothing but knock-ons: the first to arrive is still named rather than nothing.
+    assert root_failure([terminated, knock_on]) is terminated
+    assert root_failure([]) is None
+
+
+def test_a_rank_killed_by_sigkill_is_a_root_cause_not_a_knock_on():
+    oom = RankFailure(1, "algo-2", 128 + signal.SIGKILL, "train.py")
+    assert not oom.is_knock_on()

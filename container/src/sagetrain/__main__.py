@@ -1,5 +1,5 @@
-"""``python -m sagetrain plan [--root DIR] [--gpus N]`` prints the plan as JSON without running anything;
-``python -m sagetrain train`` runs this host's part of the job (what ``train`` in the image does)."""
+"""``python -m sagetrain plan [--root DIR] [--gpus N] [--cpus N]`` prints the plan as JSON and runs
+nothing; ``python -m sagetrain train`` runs this host's part of the job (what ``train`` in the image does)."""
 
 from __future__ import annotations
 
@@ -79,10 +79,15 @@ def describe_plan(plan: Plan, argv: list[str]) -> dict[str, Any]:
     return description
 
 
-def plan_command(root: Path, gpus: int | None) -> dict[str, Any]:
+def plan_command(root: Path, gpus: int | None, cpus: int | None = None) -> dict[str, Any]:
     config = load_job_config(root, check_channels=False)
-    gpus_per_host = detect_devices(os.environ).gpus if gpus is None else gpus
-    plan = make_plan(config.resources, config.settings, gpus_per_host)
+    devices = detect_devices(os.environ)
+    plan = make_plan(
+        config.resources,
+        config.settings,
+        devices.gpus if gpus is None else gpus,
+        devices.cpus if cpus is None else cpus,
+    )
     code_dir = Path(config.settings.submit_directory or config.paths.code_dir)
     program = _program_for_plan(config.settings.program, code_dir)
     from sagetrain.mapping_compat import to_cmd_args
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         "--root", type=Path, default=None, help="job root (default: $SAGEMAKER_BASE_DIR or /opt/ml)"
     )
     plan_parser.add_argument("--gpus", type=int, default=None, help="plan as if every host had N GPUs")
+    plan_parser.add_argument("--cpus", type=int, default=None, help="plan as if every host had N CPUs")
     commands.add_parser("train", help="run this host's part of the job")
     args = parser.parse_args(argv)
     if args.command == "train":
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         train_main()
     root = args.root or root_from_environ(os.environ)
     try:
-        description = plan_command(root, args.gpus)
+        description = plan_command(root, args.gpus, args.cpus)
     except SagetrainError as error:
         print(f"sagetrain plan: {error.cause}", file=sys.stderr)
         raise SystemExit(error.exit_code) from None

@@ -110,7 +110,7 @@ def run_job(environ: MutableMapping[str, str]) -> Verdict:
     root = root_from_environ(environ)
     config = load_job_config(root)
     devices = detect_devices(environ)
-    plan = make_plan(config.resources, config.settings, devices.gpus)
+    plan = make_plan(config.resources, config.settings, devices.gpus, devices.cpus)
     log.info(
         "plan: engine=%s hosts=%s master=%s role=%s processes/host=%d total=%d (%s)",
         plan.engine.value,

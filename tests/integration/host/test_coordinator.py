@@ -5,6 +5,7 @@ from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError, UserError
 from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer, send_rank_failure
 from sagetrain.launch.events import EventQueue, HostJoined, HostLost, MasterLost, RankFailed, VerdictReceived
+from sagetrain.launch.job import wait_for_hosts
 from sagetrain.report.verdict import RankFailure, Verdict
 
 pytestmark = pytest.mark.timeout(30)
@@ -80,3 +81,23 @@ def test_joining_a_master_that_never_starts_times_out_naming_it():
     client = CoordinatorClient(EventQueue(), "127.0.0.1", 9, "algo-2")  # nothing listens on port 9
     with pytest.raises(PlatformError, match=r"timed out after 1 s waiting for the master at 127\.0\.0\.1:9"):
         client.join({}, Deadline(1, "the master at 127.0.0.1:9"))
+
+
+def test_a_worker_with_another_host_list_fails_both_sides_at_once_naming_the_lists():
+    events = EventQueue()
+    server = CoordinatorServer(
+        events, ["algo-2"], lambda hello: {}, bind_address="127.0.0.1", job_hosts=("algo-1", "algo-2")
+    )
+    port = server.start()
+    try:
+        client = CoordinatorClient(
+            EventQueue(), "127.0.0.1", port, "algo-2", job_hosts=("algo-1", "algo-2", "algo-3")
+        )
+        expected = "lists hosts algo-1, algo-2, algo-3 but the master's lists algo-1, algo-2"
+        with pytest.raises(UserError, match=expected):
+            client.join({}, Deadline(10, "the master"))
+        # The master does not wait out its join timeout for a host that can never fit.
+        with pytest.raises(UserError, match=expected):
+            wait_for_hosts(events, ("algo-2",), until_ready=False, deadline=Deadline(10, "algo-2"))
+    finally:
+        server.close()

@@ -118,26 +118,3 @@ def test_master_fails_the_job_when_a_worker_host_vanishes(tmp_path, free_port):
         if program_pid:  # normally gone with its host (parent-death signal); never leave it behind
             with contextlib.suppress(ProcessLookupError):
                 os.kill(program_pid, signal.SIGKILL)
-
-
-@pytest.mark.timeout(120)
-def test_parameter_server_job_ends_when_the_chief_succeeds(tmp_path, free_port):
-    pytest.importorskip("tensorflow")
-    master, worker = two_hosts(
-        tmp_path,
-        free_port,
-        sagemaker_multi_worker_mirrored_strategy_enabled="false",
-        sagemaker_parameter_server_enabled="true",
-        sagetrain_tf_config_port=str(free_port + 1),
-        sagetrain_ps_port=str(free_port + 2),
-    )
-    master.write_code("train.py", WRITE_TF_CONFIG)
-    # A TF2 parameter-server worker blocks forever (server.join()); the chief's success ends the job.
-    worker.write_code("train.py", WRITE_TF_CONFIG + "import threading\nthreading.Event().wait(300)\n")
-    worker_process = worker.start()
-    master_code, master_output = master.run()
-    worker_output, _ = worker_process.communicate()
-    assert (master_code, worker_process.returncode) == (0, 0), master_output + worker_output
-    chief = json.loads((master.model_dir / "tf_config.json").read_text())
-    assert chief["task"] == {"type": "chief", "index": 0}
-    assert set(chief["cluster"]) == {"chief", "worker", "ps"}

@@ -2,9 +2,10 @@
 
 Messages are JSON objects, one per line.
 
-    worker → master   {"type": "hello", "host": h, ...engine data (the worker's ssh host key)}
+    worker → master   {"type": "hello", "host": h, "job_hosts": [...], ...engine data (its ssh host key)}
     master → worker   {"type": "welcome", ...engine data (the master's ssh client key)}
-                      or {"type": "reject", "reason": "..."} and the connection closes
+                      or {"type": "reject", "reason": "..."} and the connection closes; a worker
+                      whose job_hosts differ from the master's also fails the master at once
     worker → master   {"type": "ready"}                      (MPI: sshd accepts the master's key)
     worker → master   {"type": "outcome", "verdict": {...}}  (TF_CONFIG: how this host's program ended)
     master → worker   {"type": "verdict", "verdict": {...}}  the job's end; the worker exits with it
@@ -22,7 +23,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sagetrain.deadline import Deadline
@@ -33,6 +34,7 @@ from sagetrain.launch.events import (
     HostLost,
     HostOutcome,
     HostReady,
+    HostRejected,
     MasterLost,
     RankFailed,
     VerdictReceived,
@@ -86,6 +88,17 @@ class Connection:
             self.sock.close()
 
 
+def host_list_mismatch(host: str, theirs: Any, ours: Sequence[str]) -> str | None:
+    """The sentence saying a joining host's job has other hosts than the master's; None when they
+    agree or either side did not say. Pure."""
+    if not ours or not isinstance(theirs, list) or list(theirs) == list(ours):
+        return None
+    return (
+        f"host {host}'s resourceconfig.json lists hosts {', '.join(map(str, theirs))} but the master's "
+        f'lists {", ".join(ours)}; give every host of the job the same "hosts" list'
+    )
+
+
 class CoordinatorServer:
     def __init__(
         self,
@@ -95,9 +108,11 @@ class CoordinatorServer:
         *,
         bind_address: str = "0.0.0.0",
         port: int = 0,
+        job_hosts: Sequence[str] = (),
     ) -> None:
         self._events = events
         self._expected = set(expected_hosts)
+        self._job_hosts = list(job_hosts)
         self._welcome = welcome
         self._bind = (bind_address, port)
         self._listener: socket.socket | None = None
@@ -150,19 +165,24 @@ class CoordinatorServer:
             connection.close()
             return
         host = first["host"]
+        mismatch = host_list_mismatch(host, first.get("job_hosts"), self._job_hosts)
         with self._changed:
-            problem = None
-            if host not in self._expected:
+            if mismatch:
+                problem = mismatch
+            elif host not in self._expected:
                 problem = f"host {host} is not one of this job's hosts {sorted(self._expected)}"
             elif host in self._hosts:
                 problem = f"host {host} joined twice"
             else:
+                problem = None
                 self._hosts[host] = connection
         if problem:
             with contextlib.suppress(OSError):
                 connection.send({"type": "reject", "reason": problem})
             connection.close()
             log.warning("rejected a coordinator connection: %s", problem)
+            if mismatch:
+                self._events.put(HostRejected(host, mismatch))
             return
         self._events.put(HostJoined(host, first))
         with contextlib.suppress(OSError):  # a broken connection is seen as a lost host below
@@ -211,11 +231,14 @@ class CoordinatorServer:
 class CoordinatorClient:
     """A non-master host's side: join the master, then listen for the verdict."""
 
-    def __init__(self, events: EventQueue, master: str, port: int, host: str) -> None:
+    def __init__(
+        self, events: EventQueue, master: str, port: int, host: str, job_hosts: Sequence[str] = ()
+    ) -> None:
         self._events = events
         self.master = master
         self._port = port
         self._host = host
+        self._job_hosts = list(job_hosts)
         self._connection: Connection | None = None
         self._closing = threading.Event()
 
@@ -239,7 +262,7 @@ class CoordinatorClient:
         _enable_keepalive(sock)
         connection = Connection(sock)
         try:
-            connection.send({"type": "hello", "host": self._host, **hello})
+            connection.send({"type": "hello", "host": self._host, "job_hosts": self._job_hosts, **hello})
         except OSError as error:
             raise PlatformError(
                 f"lost contact with master host {self.master} while joining ({error})"

@@ -34,6 +34,14 @@ class HostOutcome:
 
 
 @dataclass(frozen=True)
+class HostRejected:
+    """A host tried to join with a configuration that cannot work with the master's."""
+
+    host: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class HostLost:
     host: str
     reason: str
@@ -60,6 +68,7 @@ Event = (
     | HostJoined
     | HostReady
     | HostOutcome
+    | HostRejected
     | HostLost
     | RankFailed
     | VerdictReceived

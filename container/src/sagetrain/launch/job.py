@@ -10,8 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sagetrain.deadline import Deadline
-from sagetrain.errors import PlatformError
-from sagetrain.launch.events import EventQueue, HostJoined, HostLost, HostReady, ProcessExited
+from sagetrain.errors import PlatformError, UserError
+from sagetrain.launch.events import (
+    EventQueue,
+    HostJoined,
+    HostLost,
+    HostReady,
+    HostRejected,
+    ProcessExited,
+)
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.plan.model import Plan
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict
@@ -83,6 +90,8 @@ def wait_for_hosts(
             waiting.discard(event.host)
         elif isinstance(event, HostLost):
             raise PlatformError(f"lost host {event.host} while the job was starting ({event.reason})")
+        elif isinstance(event, HostRejected):
+            raise UserError(event.reason)
     return hellos
 
 

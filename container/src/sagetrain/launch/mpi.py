@@ -38,7 +38,7 @@ from sagetrain.launch.sshd import (
     write_authorized_key,
 )
 from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, mpirun_command
-from sagetrain.report.verdict import RankFailure, Verdict
+from sagetrain.report.verdict import RankFailure, Verdict, root_failure
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
             plan.workers,
             lambda hello: {"ssh_client_key": client_public_key},
             port=plan.coordinator_port,
+            job_hosts=plan.hosts,
         )
     else:
         server = CoordinatorServer(events, (), lambda hello: {}, bind_address="127.0.0.1", port=0)
@@ -89,13 +90,15 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
         except FileNotFoundError:
             raise PlatformError("mpirun is not installed in this image") from None
         mpirun.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
-        failure: RankFailure | None = None
+        # Every rank's report is kept: when one rank fails, mpirun stops the others and Horovod makes
+        # them fail too, and their reports can arrive first.
+        failures: list[RankFailure] = []
         while True:
             event = events.get()
             if isinstance(event, RankFailed):
-                failure = failure or event.failure
+                failures.append(event.failure)
             elif isinstance(event, ProcessExited):
-                verdict = verdict_for_exit(spec, event.exit_code, failure, what="mpirun")
+                verdict = verdict_for_exit(spec, event.exit_code, root_failure(failures), what="mpirun")
                 break
             elif isinstance(event, HostLost):
                 mpirun.terminate_tree()
@@ -122,7 +125,9 @@ def run_mpi_worker(spec: JobSpec) -> Verdict:
     plan = spec.plan
     events = EventQueue()
     files = SshFiles(spec.run_dir / "ssh")
-    client = CoordinatorClient(events, plan.master, plan.coordinator_port, plan.current_host)
+    client = CoordinatorClient(
+        events, plan.master, plan.coordinator_port, plan.current_host, job_hosts=plan.hosts
+    )
     sshd: ManagedProcess | None = None
     try:
         sshd, host_public_key = start_sshd(files, plan.ssh_port)

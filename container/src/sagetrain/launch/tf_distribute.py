@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 
 from sagetrain.deadline import Deadline
 from sagetrain.errors import ExitCode, SagetrainError
@@ -33,7 +34,7 @@ from sagetrain.launch.job import (
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.plan.model import Engine, Plan, Role
 from sagetrain.plan.tf_config import TaskType, tf_config
-from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict
+from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict, root_failure
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,12 @@ def decisive_hosts(plan: Plan) -> tuple[str, ...]:
     return (plan.master,) if plan.engine is Engine.PARAMETER_SERVER else plan.hosts
 
 
-def decide(plan: Plan, outcomes: dict[str, Verdict], failure: RankFailure | None) -> Verdict | None:
-    """The job's verdict from the outcomes so far; None while it is still running. Pure."""
+def decide(plan: Plan, outcomes: dict[str, Verdict], failures: Sequence[RankFailure]) -> Verdict | None:
+    """The job's verdict from the outcomes and rank failure reports so far; None while it is still
+    running. Pure."""
     for verdict in outcomes.values():
         if not verdict.succeeded:
+            failure = root_failure(failures)
             return failure.verdict() if failure is not None else verdict
     if all(host in outcomes for host in decisive_hosts(plan)):
         return SUCCESS
@@ -79,7 +82,12 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
         if is_master:
             bind = ("0.0.0.0", plan.coordinator_port) if plan.multi_host else ("127.0.0.1", 0)
             server = CoordinatorServer(
-                events, plan.workers, lambda hello: {}, bind_address=bind[0], port=bind[1]
+                events,
+                plan.workers,
+                lambda hello: {},
+                bind_address=bind[0],
+                port=bind[1],
+                job_hosts=plan.hosts,
             )
             port = server.start()
             coordinator = f"{plan.master}:{port}"
@@ -90,7 +98,9 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
                 deadline=spec.worker_wait(f"worker hosts to join master host {plan.master} on port {port}"),
             )
         else:
-            client = CoordinatorClient(events, plan.master, plan.coordinator_port, plan.current_host)
+            client = CoordinatorClient(
+                events, plan.master, plan.coordinator_port, plan.current_host, job_hosts=plan.hosts
+            )
             client.join(
                 {},
                 spec.worker_wait(
@@ -128,11 +138,11 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
 def _master_loop(spec: JobSpec, events: EventQueue) -> Verdict:
     plan = spec.plan
     outcomes: dict[str, Verdict] = {}
-    failure: RankFailure | None = None
+    failures: list[RankFailure] = []
     while True:
         event = events.get()
         if isinstance(event, RankFailed):
-            failure = failure or event.failure
+            failures.append(event.failure)
         elif isinstance(event, ProcessExited):
             if event.name == "ps":
                 what = f"the parameter server task on host {plan.current_host}"
@@ -145,7 +155,7 @@ def _master_loop(spec: JobSpec, events: EventQueue) -> Verdict:
             outcomes.setdefault(event.host, event.verdict)
         elif isinstance(event, HostLost) and event.host not in outcomes:
             return Verdict(ExitCode.PLATFORM_ERROR, f"lost host {event.host} ({event.reason})")
-        verdict = decide(plan, outcomes, failure)
+        verdict = decide(plan, outcomes, failures)
         if verdict is not None:
             return verdict
 

@@ -47,6 +47,8 @@ class Plan:
     tf_config_port: int
     ps_port: int
     custom_mpi_options: tuple[str, ...] = ()
+    # As many ranks as CPUs or more on a host: Open MPI's busy polling would take the CPU a rank needs.
+    mpi_yield_when_idle: bool = False
     reasons: tuple[str, ...] = ()  # why this engine and counts, for the log and the dry run
 
     @property

@@ -120,6 +120,8 @@ def mpirun_command(
         if "NCCL_SOCKET_IFNAME" not in env_names:
             defaults.append(["-x", f"NCCL_SOCKET_IFNAME={interface}"])
     defaults += [["-x", name] for name in env_names]
+    if plan.mpi_yield_when_idle:
+        defaults.append(["-mca", "mpi_yield_when_idle", "1"])
     defaults += [["-bind-to", "none"], ["-map-by", "slot"]]
 
     overridden = option_keys(plan.custom_mpi_options)

@@ -51,7 +51,10 @@ def _named_engine(settings: JobSettings) -> Engine | None:
     return chosen[0][0] if chosen else None
 
 
-def make_plan(resources: ResourceConfig, settings: JobSettings, gpus_per_host: int) -> Plan:
+def make_plan(
+    resources: ResourceConfig, settings: JobSettings, gpus_per_host: int, cpus_per_host: int = 0
+) -> Plan:
+    """The job's plan; ``cpus_per_host`` 0 means not known."""
     if settings.smddp_enabled:
         raise UserError(SMDDP_MESSAGE)
     named = _named_engine(settings)
@@ -104,7 +107,9 @@ def make_plan(resources: ResourceConfig, settings: JobSettings, gpus_per_host: i
                 f"{slots} process(es) per host; lower it or raise sagemaker_mpi_num_of_processes_per_host"
             )
         per_host = slots
+        yield_when_idle = 0 < cpus_per_host <= per_host
     else:
+        yield_when_idle = False
         per_host = 1
         total = len(hosts) if engine.uses_tf_config else 1
         if engine is Engine.SINGLE:
@@ -119,7 +124,13 @@ def make_plan(resources: ResourceConfig, settings: JobSettings, gpus_per_host: i
         role=role,
         processes_per_host=per_host,
         total_processes=total,
-        reasons=(reason,),
+        mpi_yield_when_idle=yield_when_idle,
+        reasons=(reason,)
+        + (
+            (f"{per_host} ranks per host on {cpus_per_host} CPUs: MPI yields when idle",)
+            if yield_when_idle
+            else ()
+        ),
         **common,
     )
 

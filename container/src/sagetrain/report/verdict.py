@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,3 +95,24 @@ class RankFailure:
 
     def verdict(self) -> Verdict:
         return Verdict(self.exit_code, self.cause(), self.detail())
+
+    def is_knock_on(self) -> bool:
+        """Whether this rank most likely failed only because another one had: it was stopped by a
+        signal the launcher sends when tearing the job down, or Horovod reported a peer's exit."""
+        if self.exit_code - 128 in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            return True
+        said = "\n".join((self.message, self.traceback, *self.last_lines))
+        return any(marker in said for marker in KNOCK_ON_MARKERS)
+
+
+# What Horovod makes every surviving rank raise once one rank has failed or exited.
+KNOCK_ON_MARKERS = ("Horovod has been shut down", "HorovodInternalError")
+
+
+def root_failure(failures: Sequence[RankFailure]) -> RankFailure | None:
+    """The failure to blame among the ranks' reports, in arrival order: the first one that is not a
+    knock-on of another rank's failure, else the first. Pure."""
+    for failure in failures:
+        if not failure.is_knock_on():
+            return failure
+    return failures[0] if failures else None

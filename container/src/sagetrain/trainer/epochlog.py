@@ -1,5 +1,5 @@
-"""One line per epoch, ``epoch=3 loss=0.1234 accuracy=0.9100 val_loss=…``, and metrics.json. Pure
-formatting plus two small writers."""
+"""One line per epoch, ``epoch=3 loss=0.1234 accuracy=0.9100 val_loss=…``, one ``test …`` line, and
+metrics.json. Pure formatting plus two small writers. The README's metric regexes parse these lines."""
 
 from __future__ import annotations
 
@@ -16,8 +16,17 @@ def format_value(value: float) -> str:
     return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:.4e}"
 
 
+def _pairs(metrics: Mapping[str, float]) -> list[str]:
+    return [f"{name}={format_value(value)}" for name, value in metrics.items()]
+
+
 def epoch_line(epoch: int, metrics: Mapping[str, float]) -> str:
-    return " ".join([f"epoch={epoch}", *(f"{name}={format_value(value)}" for name, value in metrics.items())])
+    return " ".join([f"epoch={epoch}", *_pairs(metrics)])
+
+
+def evaluation_line(metrics: Mapping[str, float]) -> str:
+    """The line after the last epoch, ``test loss=… accuracy=…``."""
+    return " ".join(["test", *_pairs(metrics)])
 
 
 def print_line(line: str) -> None:

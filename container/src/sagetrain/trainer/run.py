@@ -19,7 +19,7 @@ from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated
 from sagetrain.trainer import checkpoints as ckpt
 from sagetrain.trainer.contract import describe_exception
 from sagetrain.trainer.engines import Engine, make_engine
-from sagetrain.trainer.epochlog import epoch_line, print_line, write_metrics
+from sagetrain.trainer.epochlog import epoch_line, evaluation_line, print_line, write_metrics
 from sagetrain.trainer.errorfile import report_failure
 from sagetrain.trainer.export import export_model
 from sagetrain.trainer.hyperparameters import TrainerSettings, settings_from
@@ -281,7 +281,7 @@ def _finish(
         results.update({f"test_{name}": value for name, value in test_mean.items()})
         report.test = {"local": test_local, "mean": test_mean}
         if job.ranks.rank == 0:
-            print_line(" ".join(["test", *epoch_line(0, test_mean).split(" ")[1:]]))
+            print_line(evaluation_line(test_mean))
     if job.ranks.rank == 0:
         write_metrics(job.output_data_dir / "metrics.json", results)
         saved_model, keras_file = export_model(prepared.model, job.model_dir)
