@@ -11,8 +11,9 @@
 #              --secret id=extra_ca_certs,src=FILE. Mounted only in the steps that download, combined
 #              with the system bundle on a tmpfs (container/build-steps/with-extra-ca): no layer keeps it.
 #
-# Layer order (cheapest to change last): OS packages → venv + TensorFlow & heavy deps → wheels built
-# in the builder (sagemaker-training, Horovod) → Horovod Python patches → sagetrain → entrypoints.
+# Layer order (cheapest to change last): OS packages → venv + TensorFlow & heavy deps (slimmed: no C++
+# headers) → wheels built in the builder (sagemaker-training, Horovod) → Horovod Python patches →
+# sagetrain → entrypoints.
 
 ARG BASE_IMAGE=debian:bookworm-slim
 ARG DEVICE=gpu
@@ -57,6 +58,12 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
 
 FROM frameworks-${DEVICE} AS frameworks
 
+# The runtime's venv: without what only compiling needs (the builder below keeps the headers Horovod
+# compiles against). Copied into the runtime as one layer, so the removed files take no space there.
+FROM frameworks AS frameworks-slim
+RUN --mount=type=bind,source=container/build-steps/slim-site-packages,target=/run/build/slim-site-packages \
+    /run/build/slim-site-packages
+
 ############################################################################## builder (compilers)
 FROM frameworks AS builder-base
 RUN --mount=type=bind,source=container/pins/debian.txt,target=/run/build/debian.txt \
@@ -96,7 +103,8 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
         --out /wheels --cuda-home /opt/cuda-home
 
 ############################################################################## runtime
-FROM frameworks AS runtime
+FROM os AS runtime
+COPY --from=frameworks-slim /opt/venv /opt/venv
 # gevent (from sagemaker-training) ships its test suite with sample TLS private keys: no private key of
 # any kind belongs in the image, and nothing runs those tests.
 RUN --mount=type=secret,id=extra_ca_certs,required=false \

@@ -15,7 +15,7 @@ FROM ${BASE_IMAGE}
 RUN --mount=type=secret,id=extra_ca_certs,required=false \
     --mount=type=tmpfs,target=/run/extra-ca \
     --mount=type=bind,source=pins/python.txt,target=/run/build/python.txt \
-    --mount=type=bind,source=build/with-extra-ca,target=/run/build/with-extra-ca \
+    --mount=type=bind,source=build-steps/with-extra-ca,target=/run/build/with-extra-ca \
     /run/build/with-extra-ca pip install --no-cache-dir --no-deps -c /run/build/python.txt \
       sagemaker-tensorflow-training
 

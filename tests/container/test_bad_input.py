@@ -1,7 +1,9 @@
 """The bad-input matrix: configuration files, hyperparameters, channels, user code and cluster shape
 gone wrong. Every case must end with exit != 0 on every host, one clear sentence (naming what is wrong)
 as the first line of /opt/ml/output/failure on the host that has the bad input, and no container or
-network left behind. The bound on time is each test's timeout, not an assertion.
+network left behind. Every host must end on its own: the runner gives the others END_GRACE_S after the
+first exit, then stops them as the SDK does, which fails the case (multi-host cases wait for a missing
+master or worker for 15 s, sagetrain_worker_wait_seconds).
 
 Each case writes correct host trees with the runner (--write-only), breaks one thing, and runs the trees
 as they are (--from-workdir). Most cases run on one host and fail before TensorFlow is imported. The
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cluster import CASES, run_workdir, write_regression_csv, write_trees
+from cluster import CASES, exited_on_their_own, run_workdir, write_regression_csv, write_trees
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(240)]
 
@@ -108,6 +110,7 @@ MODULE = {"epochs": 1, "batch_size": 4, "label_column": "label"}
 TWO_HOSTS = {"sagemaker_mpi_enabled": True, "sagetrain_worker_wait_seconds": 15}
 
 RC, HP, IDC = "resourceconfig.json", "hyperparameters.json", "inputdataconfig.json"
+END_GRACE_S = 60
 
 
 def unchanged(workdir: Path) -> None:
@@ -213,10 +216,13 @@ def test_bad_input_fails_clearly_on_every_host(tmp_path, cpu_image, case):
         tmp_path, cpu_image, case.hosts, BAD, program=case.program, hyperparameters=hps, channels=channels
     )
     case.edit(workdir)
-    result = run_workdir(tmp_path, cpu_image, workdir, name=case.id, timeout=180)
+    result = run_workdir(
+        tmp_path, cpu_image, workdir, name=case.id, timeout=180, extra=["--grace", str(END_GRACE_S)]
+    )
     assert result.exit_code != 0, result.describe()
     codes = result.exit_codes()
     assert all(code not in (0, None) for code in codes.values()), result.describe()
+    assert all(exited_on_their_own(result).values()), f"a host had to be stopped\n{result.describe()}"
     line = result.failure_line(case.bad_host)
     print(f"{case.id}: exit codes {codes}; failure: {line}")
     assert_one_clear_sentence(line, case.expect, f"{case.id} on {case.bad_host}\n{result.describe()}")

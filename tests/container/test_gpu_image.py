@@ -57,11 +57,15 @@ def test_gpu_image_has_cuda_tensorflow_and_horovod_with_nccl_mpi_gloo(docker_cli
     assert "/tensorflow/../../nvidia/nccl/lib/libnccl.so.2" in report["nccl_line"], report["nccl_line"]
 
 
-def test_gpu_image_runtime_has_no_cuda_compiler_but_keeps_ptxas(docker_client, gpu_image):
+def test_gpu_image_runtime_has_no_cuda_compiler_or_unused_libraries_but_keeps_ptxas(docker_client, gpu_image):
     script = (
         "command -v nvcc cicc cudafe++ && exit 3; "
         'nvidia=$(python -c "import nvidia; print(list(nvidia.__path__)[0])"); '
-        "test -x $nvidia/cuda_nvcc/bin/ptxas && test ! -e /opt/cuda-home && test ! -e /opt/cuda13-wheels"
+        "test -x $nvidia/cuda_nvcc/bin/ptxas && test ! -e /opt/cuda-home && test ! -e /opt/cuda13-wheels && "
+        # slim-site-packages: libraries nothing names are gone, the ones TensorFlow loads are there.
+        "test ! -e $nvidia/cusolver/lib/libcusolverMg.so.11 && "
+        "test -e $nvidia/cusolver/lib/libcusolver.so.11 && "
+        "test ! -e $nvidia/cuda_nvrtc/lib/libnvrtc.alt.so.12 && test -e $nvidia/cuda_nvrtc/lib/libnvrtc.so.12"
     )
     result = run_in_image(docker_client, gpu_image, ["bash", "-c", script], timeout_s=RUN_DEADLINE_S)
     assert result.exit_code == 0, result.output

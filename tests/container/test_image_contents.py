@@ -125,6 +125,16 @@ def test_runtime_has_no_compilers_or_development_packages(docker_client, cpu_ima
     assert "found" not in result.output, result.output
 
 
+def test_runtime_has_no_tensorflow_headers_and_still_imports(docker_client, cpu_image):
+    script = (
+        "import pathlib, tensorflow as tf; "
+        "print('headers', pathlib.Path(tf.sysconfig.get_include()).exists(), tf.reduce_sum([1, 2]).numpy())"
+    )
+    result = run_in_image(docker_client, cpu_image, ["python", "-c", script], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    assert "headers False 3" in result.output, result.output
+
+
 def test_mpirun_works_as_root_without_flags(docker_client, cpu_image):
     # One write per rank: with PYTHONUNBUFFERED, print() would emit its pieces separately and mpirun
     # may interleave the two ranks' pieces.

@@ -3,6 +3,7 @@ names and trees per host, the local-mode verdict, every host's exit code, start 
 Ctrl-C, output collection and cleanup. The real image's jobs are in the other test_multihost_* files."""
 
 import json
+import re
 import signal
 import subprocess
 import textwrap
@@ -60,7 +61,9 @@ def test_each_host_is_algo_i_with_its_own_tree_and_finds_the_others(tmp_path, do
     assert result.exit_codes() == {"algo-1": 0, "algo-2": 0, "algo-3": 0}
     for host in result.hosts:
         lines = result.host_lines(host)
-        assert f"started host={host} hostname={host}" in lines
+        # The hostname is the container's id, as in SageMaker local mode.
+        started = [line for line in lines if line.startswith(f"started host={host} hostname=")]
+        assert len(started) == 1 and re.fullmatch(r".*hostname=[0-9a-f]{12}", started[0]), lines
         # A host resolves itself at least; all three once they are up (they start together).
         assert f"resolved {host}" in lines
         assert '"epochs":"3",' in lines

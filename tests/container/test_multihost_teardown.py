@@ -1,6 +1,7 @@
 """Teardown: how long after the last rank's last act every container of a 2-host job has exited and
-is removed. Measured and printed (benchmarks/ compare it with AWS's toolkit); the test asserts only that
-every host ended on its own with success and nothing was left behind."""
+is removed. Measured and printed; benchmarks/ holds the target (<= 3 s) and the comparison with AWS's
+toolkit. The test asserts that every host ended on its own with success, nothing was left behind, and
+no host lingered anywhere near the fixed 30 s sleeps of AWS's MPI path (NO_LINGERING_S)."""
 
 import re
 
@@ -8,6 +9,8 @@ import pytest
 from cluster import CASES, exited_on_their_own, run_cluster
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
+
+NO_LINGERING_S = 15.0
 
 
 def test_teardown_after_the_last_rank_is_measured_and_complete(tmp_path, cpu_image):
@@ -33,7 +36,9 @@ def test_teardown_after_the_last_rank_is_measured_and_complete(tmp_path, cpu_ima
     last_exit = max(exits.values())
     cleanup = result.summary["cleanup_seconds"]
     exited = ", ".join(f"{host} exited {at - last_rank_done:.2f} s" for host, at in exits.items())
+    all_gone = last_exit - last_rank_done + cleanup
     print(
         f"teardown: {exited} after the last rank finished; removed in {cleanup:.2f} s; "
-        f"all gone {last_exit - last_rank_done + cleanup:.2f} s after the last rank finished"
+        f"all gone {all_gone:.2f} s after the last rank finished"
     )
+    assert all_gone < NO_LINGERING_S, result.describe()

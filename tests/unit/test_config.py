@@ -196,3 +196,39 @@ def test_count_listed_gpus():
     output = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1)\nGPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-2)\n"
     assert count_listed_gpus(output) == 2
     assert count_listed_gpus("") == 0
+
+
+@pytest.mark.parametrize(
+    ("gpus", "driver", "horovod", "expected"),
+    [
+        (8, "580.65.06", True, None),
+        (8, "570.172.08", True, "older than 580: Horovod's own GPU kernels"),
+        (8, "570.172.08", False, None),  # TF_CONFIG engines run no Horovod kernel
+        (8, "470.256.02", False, "older than 525, the oldest that runs TensorFlow 2.21"),
+        (0, "470.256.02", True, None),  # the GPUs are hidden from this container
+        (8, None, True, None),
+        (8, "garbled", True, None),
+    ],
+)
+def test_driver_warnings(gpus, driver, horovod, expected):
+    from sagetrain.config.devices import Devices, driver_warnings
+
+    warnings = driver_warnings(Devices(gpus=gpus, cpus=8, driver_version=driver), uses_horovod=horovod)
+    if expected is None:
+        assert warnings == ()
+    else:
+        (warning,) = warnings
+        assert expected in warning and driver in warning
+
+
+@pytest.mark.parametrize("raw", ["Infinity", "-Infinity", "NaN", "0", "-5", '"soon"'])
+def test_worker_wait_must_be_a_positive_finite_number(tmp_path, raw):
+    with pytest.raises(UserError, match="sagetrain_worker_wait_seconds must be a positive, finite number"):
+        parse_settings(decode_hyperparameters({"sagetrain_worker_wait_seconds": raw}), tmp_path / "hp.json")
+
+
+def test_worker_wait_accepts_fractions(tmp_path):
+    settings = parse_settings(
+        decode_hyperparameters({"sagetrain_worker_wait_seconds": "2.5"}), tmp_path / "hp.json"
+    )
+    assert settings.worker_wait_seconds == 2.5

@@ -6,6 +6,7 @@ import importlib.util
 import itertools
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -235,7 +236,6 @@ def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
     pairs = list(itertools.pairwise(args))
     for pair in [
         ("--name", "job-7-algo-2"),
-        ("--hostname", "algo-2"),
         ("--network", "job-7-net"),
         ("--network-alias", "algo-2"),
         ("--label", "sagetrain.local-cluster.job=job-7"),
@@ -248,6 +248,10 @@ def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
         ("--env", "A=1"),
     ]:
         assert pair in pairs
+    # SageMaker local mode leaves the container id as hostname; --hostname-mode host names it algo-i.
+    assert "--hostname" not in args
+    named = lc.container_create_args(replace(spec, hostname_is_host=True), "algo-2", tmp_path / "algo-2")
+    assert ("--hostname", "algo-2") in list(itertools.pairwise(named))
 
 
 def test_container_args_without_limits_pass_no_limit_flags(tmp_path):

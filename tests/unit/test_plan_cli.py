@@ -40,14 +40,21 @@ def test_plans_a_p4d_job_as_if_it_had_gpus(tmp_path):
     assert description["processes_per_host"] == {"algo-1": 8, "algo-2": 8}
     command = description["launch"]["command"]
     assert command[:5] == ["mpirun", "-np", "16", "-H", "algo-1:8,algo-2:8"]
-    assert command[-6:] == [
-        "sagetrain-rank",
+    # No sagetrain-rank on this PATH: the job would start ranks through the module, as the dry run says.
+    assert command[-8:] == [
+        sys.executable,
+        "-m",
+        "sagetrain.launch.rank",
         "--",
-        "python",
+        sys.executable,
         str(tmp_path / "code" / "train.py"),
         "--epochs",
         "2",
     ]
+    env = description["launch"]["env"]
+    assert env["SAGETRAIN_COORDINATOR"] == "algo-1:7077"
+    assert env["SM_HOSTS"] == '["algo-1","algo-2"]'
+    assert env["SAGETRAIN_PROGRAM"] == "train.py"
     assert not (tmp_path / "output").exists()
 
 

@@ -12,15 +12,13 @@ from typing import Any
 
 from sagetrain.config import load_job_config, root_from_environ
 from sagetrain.config.devices import detect_devices
-from sagetrain.config.hyperparameters import user_hyperparameters
 from sagetrain.errors import SagetrainError
-from sagetrain.plan import Engine, Plan, make_plan
-from sagetrain.plan.mpi_command import SshSetup, mpirun_command
-from sagetrain.plan.tf_config import TaskType, tf_config
-from sagetrain.run.program import Program, ProgramKind, classify_program, program_argv
+from sagetrain.launch.job import JobSpec, coordinator_address
+from sagetrain.plan import Engine, make_plan
+from sagetrain.run.program import Program, ProgramKind, classify_program
 
-RANK_LAUNCHER = ("sagetrain-rank", "--")
-RUN_DIR = Path("/run/sagetrain")
+# Shown where the job puts the port it binds at start (one host: any free loopback port).
+PORT_CHOSEN_AT_START = 0
 
 
 def _program_for_plan(name: str | None, code_dir: Path) -> Program:
@@ -32,9 +30,21 @@ def _program_for_plan(name: str | None, code_dir: Path) -> Program:
         return Program(ProgramKind.PYTHON_SCRIPT, name or "<sagemaker_program>", script, code_dir)
 
 
-def describe_plan(plan: Plan, argv: list[str]) -> dict[str, Any]:
-    """The plan as JSON: what runs where, the exact launch command, the environment we add."""
-    added = {"SAGETRAIN_ENGINE": plan.engine.value, "SAGETRAIN_MASTER_HOST": plan.master}
+def _added(env: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in sorted(env.items()) if environ.get(name) != value}
+
+
+def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
+    """The plan as JSON: what runs where, the launch command and the environment the job adds to this
+    process's, built by the same functions the job uses."""
+    from sagetrain.launch.mpi import mpi_launch
+    from sagetrain.launch.single import single_env
+    from sagetrain.launch.tf_distribute import PS_SERVER_MODULE, parameter_server_env, program_env
+
+    plan = spec.plan
+    coordinator = coordinator_address(
+        plan, plan.coordinator_port if plan.multi_host else PORT_CHOSEN_AT_START
+    )
     description: dict[str, Any] = {
         "engine": plan.engine.value,
         "role": plan.role.value,
@@ -44,42 +54,37 @@ def describe_plan(plan: Plan, argv: list[str]) -> dict[str, Any]:
         "processes_per_host": {host: plan.processes_on(host) for host in plan.hosts},
         "total_processes": plan.total_processes,
         "interface": plan.interface,
+        "notes": [
+            f"the interface is {plan.interface} if it exists on the host at start, else the one that "
+            "routes to the master",
+        ]
+        + ([] if plan.multi_host else ["port 0 in SAGETRAIN_COORDINATOR is a free port chosen at start"]),
         "reasons": list(plan.reasons),
     }
-    rank_argv = [*RANK_LAUNCHER, *argv]
+    rank_argv = [*spec.rank_launcher, *spec.program_argv]
     if plan.engine is Engine.HOROVOD:
-        ssh = (
-            SshSetup(RUN_DIR / "ssh" / "id_ed25519", RUN_DIR / "ssh" / "known_hosts", plan.ssh_port)
-            if plan.multi_host
-            else None
-        )
-        command = mpirun_command(
-            plan, interface=plan.interface, env_names=sorted(added), rank_argv=rank_argv, ssh=ssh
-        )
-        description["launch"] = {
-            "host": plan.master,
-            "command": command,
-            "env": added,
-            "note": "every other variable of the job environment (the SM_* of sagemaker_training, "
-            "the image's own) is also passed with -x NAME, in sorted order",
-        }
+        command, env = mpi_launch(spec, coordinator)
+        description["launch"] = {"host": plan.master, "command": command, "env": _added(env, environ)}
     elif plan.engine.uses_tf_config:
         description["launch"] = {
-            host: {"command": rank_argv, "env": {**added, "TF_CONFIG": json.dumps(tf_config(plan, host))}}
+            host: {"command": rank_argv, "env": _added(program_env(spec, coordinator, host), environ)}
             for host in plan.hosts
         }
         if plan.engine is Engine.PARAMETER_SERVER:
             for host in plan.hosts:
                 description["launch"][host]["parameter_server"] = {
-                    "command": ["python", "-m", "sagetrain.launch.ps_server"],
-                    "env": {"TF_CONFIG": json.dumps(tf_config(plan, host, TaskType.PS))},
+                    "command": [sys.executable, "-m", PS_SERVER_MODULE],
+                    "env": _added(parameter_server_env(spec, host), environ),
                 }
     else:
-        description["launch"] = {"host": plan.current_host, "command": rank_argv, "env": added}
+        env = single_env(spec, PORT_CHOSEN_AT_START)
+        description["launch"] = {"host": plan.current_host, "command": rank_argv, "env": _added(env, environ)}
     return description
 
 
 def plan_command(root: Path, gpus: int | None, cpus: int | None = None) -> dict[str, Any]:
+    from sagetrain.entry import build_spec
+
     config = load_job_config(root, check_channels=False)
     devices = detect_devices(os.environ)
     plan = make_plan(
@@ -90,10 +95,9 @@ def plan_command(root: Path, gpus: int | None, cpus: int | None = None) -> dict[
     )
     code_dir = Path(config.settings.submit_directory or config.paths.code_dir)
     program = _program_for_plan(config.settings.program, code_dir)
-    from sagetrain.mapping_compat import to_cmd_args
-
-    argv = program_argv(program, to_cmd_args(user_hyperparameters(config.hyperparameters)), "python")
-    return describe_plan(plan, argv)
+    environ = dict(os.environ)
+    spec = build_spec(config, plan, program, environ, plan.interface)
+    return describe_plan(spec, environ)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sagetrain.config import JobConfig, Paths, load_job_config, root_from_environ
-from sagetrain.config.devices import detect_devices
+from sagetrain.config.devices import detect_devices, driver_warnings
 from sagetrain.config.hyperparameters import user_hyperparameters
 from sagetrain.config.paths import ROOT_ENV
 from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated
-from sagetrain.plan import Plan, make_plan
+from sagetrain.launch.job import JobSpec
+from sagetrain.plan import Engine, Plan, make_plan
 from sagetrain.report import Verdict, write_report
 from sagetrain.run.program import (
     TRAINER_MODULE,
@@ -51,11 +52,10 @@ class _NonEmptyDict(dict):
         return True
 
 
-def toolkit_env_vars(
-    config: JobConfig, hyperparameters: Mapping[str, Any], environ: MutableMapping[str, str]
-) -> dict[str, str]:
-    """The SM_* variables exactly as sagemaker_training exports them. Writes os.environ, runs nvidia-smi."""
-    environ[ROOT_ENV] = str(config.paths.root)  # the toolkit reads its root at import
+def toolkit_env_vars(config: JobConfig, hyperparameters: Mapping[str, Any]) -> dict[str, str]:
+    """The SM_* variables exactly as sagemaker_training exports them. Runs nvidia-smi, and sets this
+    process's SAGEMAKER_BASE_DIR: the toolkit reads its root from there when first imported."""
+    os.environ[ROOT_ENV] = str(config.paths.root)
     from sagemaker_training import environment
 
     toolkit = environment.Environment(
@@ -103,9 +103,44 @@ def prepare_program(config: JobConfig) -> Program:
     return program
 
 
-def run_job(environ: MutableMapping[str, str]) -> Verdict:
-    from sagetrain.launch import JobSpec, execute
+def build_spec(
+    config: JobConfig, plan: Plan, program: Program, environ: Mapping[str, str], interface: str
+) -> JobSpec:
+    """Everything a launcher needs: the program's argv, the job environment, where ranks start. The job
+    and the dry run (``python -m sagetrain plan``) both build it here, so the plan shows what runs.
+    Runs sagemaker_training's Environment (nvidia-smi) for the SM_* variables; starts nothing."""
     from sagetrain.mapping_compat import to_cmd_args
+
+    user_hps = adjusted_user_hyperparameters(
+        user_hyperparameters(config.hyperparameters), config.hyperparameters, environ.get("TRAINING_JOB_NAME")
+    )
+    toolkit_hps = {**config.toolkit_hyperparameters, **user_hps}
+    argv = program_argv(program, to_cmd_args(user_hps), sys.executable)
+    run_dir = Path(environ.get("SAGETRAIN_RUN_DIR") or DEFAULT_RUN_DIR)
+    job_env = {**environ, **toolkit_env_vars(config, toolkit_hps)}
+    job_env.update(
+        {
+            "SAGETRAIN_ENGINE": plan.engine.value,
+            "SAGETRAIN_PROGRAM": program.name,
+            "SAGETRAIN_MASTER_HOST": plan.master,
+            "SAGETRAIN_RUN_DIR": str(run_dir),
+            ROOT_ENV: str(config.paths.root),
+        }
+    )
+    return JobSpec(
+        plan=plan,
+        program_name=program.name,
+        program_argv=tuple(argv),
+        env=job_env,
+        rank_launcher=rank_launcher_argv(),
+        run_dir=run_dir,
+        code_dir=program.code_dir,
+        interface=interface,
+    )
+
+
+def run_job(environ: MutableMapping[str, str]) -> Verdict:
+    from sagetrain.launch import execute
 
     root = root_from_environ(environ)
     config = load_job_config(root)
@@ -121,34 +156,10 @@ def run_job(environ: MutableMapping[str, str]) -> Verdict:
         plan.total_processes,
         "; ".join(plan.reasons),
     )
+    for warning in driver_warnings(devices, uses_horovod=plan.engine is Engine.HOROVOD):
+        log.warning("%s", warning)
     program = prepare_program(config)
-    user_hps = adjusted_user_hyperparameters(
-        user_hyperparameters(config.hyperparameters), config.hyperparameters, environ.get("TRAINING_JOB_NAME")
-    )
-    toolkit_hps = {**config.toolkit_hyperparameters, **user_hps}
-    argv = program_argv(program, to_cmd_args(user_hps), sys.executable)
-    env = dict(toolkit_env_vars(config, toolkit_hps, environ))
-    job_env = {**environ, **env}
-    run_dir = Path(environ.get("SAGETRAIN_RUN_DIR") or DEFAULT_RUN_DIR)
-    job_env.update(
-        {
-            "SAGETRAIN_ENGINE": plan.engine.value,
-            "SAGETRAIN_PROGRAM": program.name,
-            "SAGETRAIN_MASTER_HOST": plan.master,
-            "SAGETRAIN_RUN_DIR": str(run_dir),
-            ROOT_ENV: str(root),
-        }
-    )
-    spec = JobSpec(
-        plan=plan,
-        program_name=program.name,
-        program_argv=tuple(argv),
-        env=job_env,
-        rank_launcher=rank_launcher_argv(),
-        run_dir=run_dir,
-        code_dir=program.code_dir,
-        interface=resolve_interface(plan),
-    )
+    spec = build_spec(config, plan, program, environ, resolve_interface(plan))
     return execute(spec, sys.executable)
 
 

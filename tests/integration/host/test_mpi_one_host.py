@@ -1,6 +1,10 @@
 """The entry runs a user script as 2 MPI ranks on one host with real OpenMPI."""
 
 import json
+import re
+import shlex
+import subprocess
+import sys
 
 import pytest
 from conftest import encode
@@ -94,3 +98,27 @@ if os.environ["SAGETRAIN_RANK"] == "0":
         == "train.py exited with code 1 on rank 0 (host algo-1-abcde): channel train is empty"
     )
     assert "Traceback: here" in text
+
+
+@pytest.mark.timeout(120)
+def test_the_dry_run_prints_the_mpirun_line_the_job_runs(job):
+    tree = job(MPI)
+    tree.write_code("train.py", "print('ran')\n")
+    planned = subprocess.run(
+        [sys.executable, "-m", "sagetrain", "plan"],
+        env=tree.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert planned.returncode == 0, planned.stderr
+    description = json.loads(planned.stdout)
+    assert not (tree.root / "output").exists(), "the dry run wrote a report"
+    code, output = tree.run()
+    assert code == 0, output
+    logged = re.search(r"mpirun command: (.*)", output)
+    assert logged, output
+    assert description["launch"]["command"] == shlex.split(logged.group(1))
+    added = description["launch"]["env"]
+    assert (added["SAGETRAIN_PROGRAM"], added["SM_CURRENT_HOST"]) == ("train.py", "algo-1-abcde")
+    assert "SAGETRAIN_RUN_DIR" not in added  # the tree's environment sets it already

@@ -68,3 +68,42 @@ def test_train_command_defers_other_training_modules_to_the_toolkit(job, tmp_pat
 def test_train_command_help():
     result = subprocess.run([str(TRAIN), "--help"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("usage: train")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mpi", [False, True])
+def test_sigterm_failure_line_carries_what_the_program_said_about_the_stop(job, mpi):
+    hyperparameters = {"sagemaker_program": encode("train.py")}
+    if mpi:
+        hyperparameters.update(sagemaker_mpi_enabled="true", sagemaker_mpi_num_of_processes_per_host="2")
+    tree = job(hyperparameters)
+    # Like the managed trainer: on SIGTERM, finish up (a moment), say where the state went, exit 143.
+    tree.write_code(
+        "train.py",
+        """
+import json, os, signal, sys, threading, time
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+print("program running", flush=True)
+stop.wait(300)
+time.sleep(1.5)  # stands in for the checkpoint write
+rank = os.environ["SAGETRAIN_RANK"]
+with open(os.environ["SAGETRAIN_ERROR_FILE"], "w") as error_file:
+    json.dump({"message": f"stopped cleanly; state saved to /tmp/state-{rank}"}, error_file)
+sys.exit(143)
+""",
+    )
+    process = tree.start()
+    running = 0
+    for line in process.stdout:
+        running += "program running" in line
+        if running == (2 if mpi else 1):
+            break
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate()
+    assert process.returncode == 143, output
+    first_line = tree.failure.read_text().splitlines()[0]
+    assert first_line.startswith("the job was stopped by SIGTERM (the container was asked to stop); rank "), (
+        output
+    )
+    assert "stopped cleanly; state saved to /tmp/state-" in first_line, output

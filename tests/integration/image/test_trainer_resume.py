@@ -1,5 +1,6 @@
 """SIGTERM mid-training on one rank: every rank stops at the same step, rank 0 checkpoints, exit 143; a
-restart on the same /opt/ml tree continues there and ends with the weights of an uninterrupted run."""
+restart on the same /opt/ml tree continues there and ends with the weights of an uninterrupted run. And a
+rank killed outright in epoch 3: the restart continues from the end of epoch 2, with the same result."""
 
 import sys
 from pathlib import Path
@@ -68,3 +69,35 @@ def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path):
         np.testing.assert_allclose(resumed, reference, rtol=1e-5, atol=1e-6)
     for rank in range(RANKS):
         assert step_ids(interrupted, rank) == step_ids(straight, rank), "same records in the same order"
+
+
+def test_a_job_killed_in_epoch_3_resumes_at_epoch_3_and_equals_an_uninterrupted_run(tmp_path):
+    killed = fresh_tree(tmp_path / "killed")
+    # The second step of epoch 3 on rank 1: its first step's allreduce proves rank 0 finished epoch 2,
+    # checkpoint included.
+    first = run_trainer(
+        killed,
+        CASES / "ids_module.py",
+        hyperparameters(killed, kill_at_step=2 * STEPS + 2, sigterm_rank=1),
+        ranks=RANKS,
+    )
+    assert first.returncode != 0
+    assert len(first.epoch_lines()) == 2, first.stdout[-3000:]
+    checkpoints = sorted(path.name for path in (killed / "checkpoints").iterdir())
+    assert checkpoints[-1] == "sagetrain-epoch000002-step00000000.npz", checkpoints
+
+    second = run_trainer(killed, CASES / "ids_module.py", hyperparameters(killed), ranks=RANKS)
+
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.report(0)["resumed_from"] == {"epochs_completed": 2, "steps_into_epoch": 0}
+    assert [line.split()[0] for line in second.epoch_lines()] == ["epoch=3", "epoch=4"]
+
+    straight = fresh_tree(tmp_path / "straight")
+    uninterrupted = run_trainer(straight, CASES / "ids_module.py", hyperparameters(straight), ranks=RANKS)
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    for rank in range(RANKS):
+        for resumed, reference in zip(second.weights(rank), uninterrupted.weights(0), strict=True):
+            np.testing.assert_allclose(resumed, reference, rtol=1e-5, atol=1e-6)
+    # Epochs 3 and 4 of the restart saw the records the uninterrupted run saw in its epochs 3 and 4.
+    for rank in range(RANKS):
+        assert step_ids(killed, rank)[-2 * STEPS :] == step_ids(straight, rank)[-2 * STEPS :]

@@ -12,6 +12,14 @@ from dataclasses import dataclass
 class Devices:
     gpus: int
     cpus: int
+    driver_version: str | None = None  # the NVIDIA driver's, e.g. "535.104.05"; None without one
+
+
+# NVIDIA's minimum drivers (CUDA compatibility table): CUDA 12 code, which TensorFlow 2.21's wheels are,
+# runs on >= 525; CUDA 13 code, which Horovod's own kernels in the GPU image are (the only CUDA compiler
+# on PyPI is CUDA 13's; see container/build-steps/make-cuda-home), needs >= 580.
+TENSORFLOW_MIN_DRIVER = 525
+HOROVOD_KERNELS_MIN_DRIVER = 580
 
 
 def _visible_list(value: str | None) -> list[str] | None:
@@ -39,15 +47,50 @@ def count_listed_gpus(nvidia_smi_output: str) -> int:
     return sum(1 for line in nvidia_smi_output.splitlines() if line.startswith("GPU "))
 
 
-def detect_devices(environ: Mapping[str, str]) -> Devices:
+def driver_major(driver_version: str | None) -> int | None:
+    """535 of "535.104.05"; None when absent or unreadable."""
+    if not driver_version:
+        return None
+    major = driver_version.strip().split(".", 1)[0]
+    return int(major) if major.isdigit() else None
+
+
+def driver_warnings(devices: Devices, uses_horovod: bool) -> tuple[str, ...]:
+    """What the log should say about this host's NVIDIA driver before the job starts. Pure."""
+    major = driver_major(devices.driver_version)
+    if devices.gpus == 0 or major is None:
+        return ()
+    if major < TENSORFLOW_MIN_DRIVER:
+        return (
+            f"NVIDIA driver {devices.driver_version} is older than {TENSORFLOW_MIN_DRIVER}, the oldest that "
+            f"runs TensorFlow 2.21's CUDA 12 libraries: TensorFlow will not see the GPUs; use an instance "
+            f"type or AMI with driver >= {HOROVOD_KERNELS_MIN_DRIVER}",
+        )
+    if uses_horovod and major < HOROVOD_KERNELS_MIN_DRIVER:
+        return (
+            f"NVIDIA driver {devices.driver_version} is older than {HOROVOD_KERNELS_MIN_DRIVER}: Horovod's "
+            f"own GPU kernels in this image (the scaling of op=Average, batched copies) are built with "
+            f"CUDA 13 and may fail to load on it; if Horovod reports a CUDA error, use driver >= "
+            f"{HOROVOD_KERNELS_MIN_DRIVER}",
+        )
+    return ()
+
+
+def _nvidia_smi(*arguments: str) -> str | None:
     try:
-        output = subprocess.run(
-            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True
+        return subprocess.run(
+            ["nvidia-smi", *arguments], capture_output=True, text=True, timeout=30, check=True
         ).stdout
-        listed = count_listed_gpus(output)
     except (OSError, subprocess.SubprocessError):
-        listed = 0  # no driver or no GPU: a CPU host
+        return None  # no driver or no GPU: a CPU host
+
+
+def detect_devices(environ: Mapping[str, str]) -> Devices:
+    listing = _nvidia_smi("-L")
+    listed = count_listed_gpus(listing) if listing else 0
     gpus = visible_gpu_count(
         listed, environ.get("NVIDIA_VISIBLE_DEVICES"), environ.get("CUDA_VISIBLE_DEVICES")
     )
-    return Devices(gpus=gpus, cpus=os.cpu_count() or 1)
+    driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader") if listed else None
+    driver_version = next((line.strip() for line in (driver or "").splitlines() if line.strip()), None)
+    return Devices(gpus=gpus, cpus=os.cpu_count() or 1, driver_version=driver_version)

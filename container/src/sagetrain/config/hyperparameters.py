@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,8 +106,9 @@ class _Reader:
         if key not in self.decoded:
             return None
         value = self.decoded[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise self._bad(key, "a positive number")
+        # JSON's Infinity and NaN decode to floats; a wait of either is no bound at all.
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise self._bad(key, "a positive, finite number")
         return float(value)
 
     def text(self, key: str) -> str | None:

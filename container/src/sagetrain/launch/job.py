@@ -10,20 +10,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sagetrain.deadline import Deadline
-from sagetrain.errors import PlatformError, UserError
+from sagetrain.errors import PlatformError, SagetrainError, Terminated, UserError
 from sagetrain.launch.events import (
+    Event,
     EventQueue,
     HostJoined,
     HostLost,
+    HostOutcome,
     HostReady,
     HostRejected,
     ProcessExited,
+    RankFailed,
 )
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.plan.model import Plan
-from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict
+from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict, root_failure
 
 VERDICT_DELIVERY_SECONDS = 5.0
+# After a stopped program exited, how long its rank launchers' reports may still be on their way.
+STOP_REPORT_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,12 @@ class JobSpec:
             activity,
             hint="if hosts start slowly, raise the hyperparameter sagetrain_worker_wait_seconds",
         )
+
+
+def coordinator_address(plan: Plan, port: int) -> str:
+    """Where ranks report failures (SAGETRAIN_COORDINATOR): the master's coordinator port; on one host,
+    a loopback port chosen at start."""
+    return f"{plan.master}:{port}" if plan.multi_host else f"127.0.0.1:{port}"
 
 
 def start_program(
@@ -69,30 +80,72 @@ def verdict_for_exit(
     return Verdict(exit_code, f"{what} exited with code {exit_code}")
 
 
+class JobFailedEarly(SagetrainError):
+    """A host's program failed while the master was still waiting for other hosts to join."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.cause)
+        self.verdict = verdict
+        self.exit_code = verdict.exit_code
+
+
 def wait_for_hosts(
     events: EventQueue, hosts: tuple[str, ...], *, until_ready: bool, deadline: Deadline
 ) -> dict[str, dict]:
-    """Until every host joined (and, for MPI, reported ready); their hello messages."""
+    """Until every host joined (and, for MPI, reported ready); their hello messages.
+
+    Hosts that joined may already run their program (TF_CONFIG engines): a failed outcome ends the wait
+    at once, and every other event that is not about joining is put back for the job's own loop."""
     hellos: dict[str, dict] = {}
-    ready: set[str] = set()
     waiting = set(hosts)
-    while waiting:
+    deferred: list[Event] = []
+    failures: list[RankFailure] = []
+    try:
+        while waiting:
+            event = events.get(deadline)
+            if event is None:
+                missing = ", ".join(sorted(waiting))
+                raise PlatformError(deadline.timeout_message(f"still missing: {missing}"))
+            if isinstance(event, HostJoined):
+                hellos[event.host] = event.hello
+                if not until_ready:
+                    waiting.discard(event.host)
+            elif isinstance(event, HostReady):
+                waiting.discard(event.host)
+            elif isinstance(event, HostLost):
+                raise PlatformError(f"lost host {event.host} while the job was starting ({event.reason})")
+            elif isinstance(event, HostRejected):
+                raise UserError(event.reason)
+            elif isinstance(event, HostOutcome) and not event.verdict.succeeded:
+                root = root_failure(failures)
+                raise JobFailedEarly(root.verdict() if root is not None else event.verdict)
+            else:
+                if isinstance(event, RankFailed):
+                    failures.append(event.failure)
+                deferred.append(event)
+    finally:
+        for event in deferred:
+            events.put(event)
+    return hellos
+
+
+def stopped_verdict(stopped: Terminated, events: EventQueue, failures: list[RankFailure]) -> Verdict:
+    """The verdict of a job stopped by a signal, once its program has exited: our sentence, then what a
+    rank said about the stop (the managed trainer says where it wrote its checkpoint)."""
+    said = [failure for failure in failures if failure.message]
+    deadline = Deadline(STOP_REPORT_SECONDS, "the ranks' reports on the stop")
+    while not said:
         event = events.get(deadline)
         if event is None:
-            missing = ", ".join(sorted(waiting))
-            raise PlatformError(deadline.timeout_message(f"still missing: {missing}"))
-        if isinstance(event, HostJoined):
-            hellos[event.host] = event.hello
-            if not until_ready:
-                waiting.discard(event.host)
-        elif isinstance(event, HostReady):
-            ready.add(event.host)
-            waiting.discard(event.host)
-        elif isinstance(event, HostLost):
-            raise PlatformError(f"lost host {event.host} while the job was starting ({event.reason})")
-        elif isinstance(event, HostRejected):
-            raise UserError(event.reason)
-    return hellos
+            break
+        if isinstance(event, RankFailed) and event.failure.message:
+            said.append(event.failure)
+    if not said:
+        return Verdict(stopped.exit_code, stopped.cause)
+    first = said[0]
+    return Verdict(
+        stopped.exit_code, f"{stopped.cause}; rank {first.rank} (host {first.host}): {first.message}"
+    )
 
 
 def stop_registered_ranks(run_dir: Path) -> None:

@@ -11,7 +11,7 @@ import logging
 import shlex
 
 from sagetrain.deadline import Deadline
-from sagetrain.errors import ExitCode, PlatformError, SagetrainError
+from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated
 from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer
 from sagetrain.launch.events import (
     EventQueue,
@@ -24,7 +24,9 @@ from sagetrain.launch.events import (
 from sagetrain.launch.job import (
     VERDICT_DELIVERY_SECONDS,
     JobSpec,
+    coordinator_address,
     stop_registered_ranks,
+    stopped_verdict,
     verdict_for_exit,
     wait_for_hosts,
 )
@@ -34,7 +36,6 @@ from sagetrain.launch.sshd import (
     generate_key,
     known_hosts_text,
     start_sshd,
-    wait_until_accepting,
     write_authorized_key,
 )
 from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, mpirun_command
@@ -43,6 +44,42 @@ from sagetrain.report.verdict import RankFailure, Verdict, root_failure
 log = logging.getLogger(__name__)
 
 SSHD_START_SECONDS = 60.0
+# How long a stopped job's ranks get to wind down (the managed trainer: finish the step, checkpoint)
+# before mpirun is stopped too. SageMaker local mode SIGKILLs a container 10 s after SIGTERM.
+RANKS_STOP_SECONDS = 6.0
+MPIRUN_STOP_SECONDS = 2.0
+
+
+def stop_job(spec: JobSpec, mpirun: ManagedProcess) -> None:
+    """On SIGTERM: signal this host's ranks through their launchers, which forward it and report how
+    their program ended; a rank that ends makes mpirun end the job on every host. mpirun is signalled
+    only if the job outlives RANKS_STOP_SECONDS: on SIGTERM it SIGKILLs its ranks a second later, which
+    would cut short a checkpoint and lose the ranks' reports."""
+    stop_registered_ranks(spec.run_dir)
+    if mpirun.wait(RANKS_STOP_SECONDS) is None:
+        log.warning("the ranks did not end within %g s of SIGTERM; stopping mpirun", RANKS_STOP_SECONDS)
+    mpirun.terminate_tree(grace=MPIRUN_STOP_SECONDS)
+
+
+def ssh_setup(spec: JobSpec) -> SshSetup | None:
+    """How mpirun reaches the other hosts' sshd (None on one host). Pure."""
+    if not spec.plan.multi_host:
+        return None
+    files = SshFiles(spec.run_dir / "ssh")
+    return SshSetup(files.client_key, files.known_hosts, spec.plan.ssh_port)
+
+
+def mpi_launch(spec: JobSpec, coordinator: str) -> tuple[list[str], dict[str, str]]:
+    """The mpirun command and its environment. Pure; ``python -m sagetrain plan`` prints the same."""
+    env = {**spec.env, "SAGETRAIN_COORDINATOR": coordinator}
+    command = mpirun_command(
+        spec.plan,
+        interface=spec.interface,
+        env_names=forwarded_env_names(env),
+        rank_argv=[*spec.rank_launcher, *spec.program_argv],
+        ssh=ssh_setup(spec),
+    )
+    return command, env
 
 
 def run_mpi_master(spec: JobSpec) -> Verdict:
@@ -61,10 +98,11 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
     else:
         server = CoordinatorServer(events, (), lambda hello: {}, bind_address="127.0.0.1", port=0)
     port = server.start()
-    coordinator = f"{plan.master}:{port}" if plan.multi_host else f"127.0.0.1:{port}"
     mpirun: ManagedProcess | None = None
+    # Every rank's report is kept: when one rank fails, mpirun stops the others and Horovod makes them
+    # fail too, and their reports can arrive first.
+    failures: list[RankFailure] = []
     try:
-        ssh = None
         if plan.multi_host:
             log.info("waiting for %s to join at port %d", ", ".join(plan.workers), port)
             hellos = wait_for_hosts(
@@ -75,24 +113,13 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
             )
             host_keys = {host: str(hello.get("ssh_host_key", "")) for host, hello in hellos.items()}
             files.known_hosts.write_text(known_hosts_text(host_keys, plan.ssh_port))
-            ssh = SshSetup(files.client_key, files.known_hosts, plan.ssh_port)
-        env = {**spec.env, "SAGETRAIN_COORDINATOR": coordinator}
-        command = mpirun_command(
-            plan,
-            interface=spec.interface,
-            env_names=forwarded_env_names(env),
-            rank_argv=[*spec.rank_launcher, *spec.program_argv],
-            ssh=ssh,
-        )
+        command, env = mpi_launch(spec, coordinator_address(plan, port))
         log.info("mpirun command: %s", shlex.join(command))
         try:
             mpirun = ManagedProcess.start(command, name="mpirun", env=env, cwd=spec.code_dir)
         except FileNotFoundError:
             raise PlatformError("mpirun is not installed in this image") from None
         mpirun.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
-        # Every rank's report is kept: when one rank fails, mpirun stops the others and Horovod makes
-        # them fail too, and their reports can arrive first.
-        failures: list[RankFailure] = []
         while True:
             event = events.get()
             if isinstance(event, RankFailed):
@@ -106,6 +133,12 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
                     ExitCode.PLATFORM_ERROR, f"lost host {event.host} ({event.reason}); mpirun was stopped"
                 )
                 break
+    except Terminated as stopped:
+        if mpirun is not None:
+            stop_job(spec, mpirun)
+            verdict = stopped_verdict(stopped, events, failures)
+        else:
+            verdict = Verdict(stopped.exit_code, stopped.cause)
     except SagetrainError as error:
         verdict = Verdict(error.exit_code, error.cause)
     finally:
@@ -130,11 +163,10 @@ def run_mpi_worker(spec: JobSpec) -> Verdict:
     )
     sshd: ManagedProcess | None = None
     try:
-        sshd, host_public_key = start_sshd(files, plan.ssh_port)
-        wait_until_accepting(
-            plan.ssh_port,
-            sshd,
-            Deadline(SSHD_START_SECONDS, f"sshd on this host to accept connections on port {plan.ssh_port}"),
+        running_sshd, host_public_key = start_sshd(files, plan.ssh_port)
+        sshd = running_sshd.process
+        running_sshd.wait_until_listening(
+            Deadline(SSHD_START_SECONDS, f"sshd on this host to listen on port {plan.ssh_port}")
         )
         sshd.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
         welcome = client.join(

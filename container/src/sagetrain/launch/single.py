@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from sagetrain.errors import SagetrainError
+from sagetrain.errors import SagetrainError, Terminated
 from sagetrain.launch.coordinator import CoordinatorServer
 from sagetrain.launch.events import EventQueue, ProcessExited, RankFailed
-from sagetrain.launch.job import JobSpec, start_program, verdict_for_exit
+from sagetrain.launch.job import JobSpec, start_program, stopped_verdict, verdict_for_exit
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.report.verdict import RankFailure, Verdict
+
+
+def single_env(spec: JobSpec, coordinator_port: int) -> dict[str, str]:
+    """The program's environment. Pure; the dry run prints the same."""
+    return {
+        **spec.env,
+        "SAGETRAIN_COORDINATOR": f"127.0.0.1:{coordinator_port}",
+        "SAGETRAIN_RANK": "0",
+        "SAGETRAIN_LOCAL_RANK": "0",
+        "SAGETRAIN_SIZE": "1",
+        "SAGETRAIN_LOCAL_SIZE": "1",
+    }
 
 
 def run_single(spec: JobSpec) -> Verdict:
@@ -15,24 +27,20 @@ def run_single(spec: JobSpec) -> Verdict:
     # Only for the rank launcher's failure report: loopback, any free port.
     server = CoordinatorServer(events, (), lambda hello: {}, bind_address="127.0.0.1", port=0)
     port = server.start()
-    env = {
-        **spec.env,
-        "SAGETRAIN_COORDINATOR": f"127.0.0.1:{port}",
-        "SAGETRAIN_RANK": "0",
-        "SAGETRAIN_LOCAL_RANK": "0",
-        "SAGETRAIN_SIZE": "1",
-        "SAGETRAIN_LOCAL_SIZE": "1",
-    }
     program: ManagedProcess | None = None
-    failure: RankFailure | None = None
+    failures: list[RankFailure] = []
     try:
-        program = start_program(spec, env, events)
+        program = start_program(spec, single_env(spec, port), events)
         while True:
             event = events.get()
             if isinstance(event, RankFailed):
-                failure = failure or event.failure
+                failures.append(event.failure)
             elif isinstance(event, ProcessExited):
-                return verdict_for_exit(spec, event.exit_code, failure)
+                return verdict_for_exit(spec, event.exit_code, failures[0] if failures else None)
+    except Terminated as stopped:
+        if program is not None:
+            program.terminate_tree()
+        return stopped_verdict(stopped, events, failures)
     except SagetrainError as error:
         return Verdict(error.exit_code, error.cause)
     finally:

@@ -6,8 +6,9 @@ Nothing global is edited: sshd reads our config, mpirun's ssh gets our key and k
 
 from __future__ import annotations
 
-import socket
+import re
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,47 +83,66 @@ def sshd_config_text(files: SshFiles, port: int) -> str:
             "PidFile none",
             "PrintMotd no",
             "UseDNS no",
-            "LogLevel ERROR",
+            # INFO: sshd says "Server listening on ... port N." once it accepts connections.
+            "LogLevel INFO",
             "",
         ]
     )
 
 
-def start_sshd(files: SshFiles, port: int) -> tuple[ManagedProcess, str]:
-    """Generate the host key, write the config, start ``sshd -D -e``; (process, host public key)."""
+# What sshd -e prints once its socket listens (sshd.c logs it at INFO before accepting).
+_LISTENING = re.compile(rb"^Server listening on \S+ port (\d+)\.")
+
+
+class RunningSshd:
+    """sshd started by us: its process, and whether it has said that it listens.
+
+    Its stderr is read on a thread for sshd's whole life (a full pipe would block it) and passed on to
+    ours, prefixed; the line announcing the listening socket sets ``ready``, and so does sshd's exit."""
+
+    def __init__(self, process: ManagedProcess, port: int) -> None:
+        self.process = process
+        self._port = port
+        self._ready = threading.Event()
+        self._listening = False
+        self._reader = threading.Thread(target=self._read, name="sshd-stderr", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        stream = self.process.popen.stderr
+        assert stream is not None  # started with stderr=PIPE
+        for line in stream:
+            match = _LISTENING.match(line)
+            if match and int(match.group(1)) == self._port:
+                self._listening = True
+                self._ready.set()
+            sys.stderr.write(f"sshd: {line.decode(errors='replace')}")
+            sys.stderr.flush()
+        self._ready.set()  # sshd has exited: waiting longer cannot help
+
+    def wait_until_listening(self, deadline: Deadline) -> None:
+        """Until sshd listens on its port; fails at once if it exits, or when ``deadline`` passes."""
+        if not self._ready.wait(deadline.remaining()):
+            raise PlatformError(deadline.timeout_message())
+        if not self._listening:
+            code = self.process.wait(deadline.remaining())
+            raise PlatformError(f"sshd exited with code {code} at start; see its messages above (sshd: ...)")
+
+
+def start_sshd(files: SshFiles, port: int) -> tuple[RunningSshd, str]:
+    """Generate the host key, write the config, start ``sshd -D -e``; (sshd, host public key)."""
     host_public_key = generate_key(files.host_key, "sagetrain-host")
     files.authorized_keys.touch(mode=0o600)
     files.sshd_config.write_text(sshd_config_text(files, port))
     PRIVILEGE_SEPARATION_DIR.mkdir(mode=0o755, exist_ok=True)
     argv = [SSHD, "-D", "-e", "-f", str(files.sshd_config), "-p", str(port)]
     try:
-        return ManagedProcess.start(argv, name="sshd"), host_public_key
+        process = ManagedProcess.start(argv, name="sshd", stderr=subprocess.PIPE)
     except FileNotFoundError:
         raise PlatformError(
             f"{SSHD} is not installed in this image; multi-host MPI needs openssh-server"
         ) from None
-
-
-def wait_until_accepting(port: int, process: ManagedProcess, deadline: Deadline) -> None:
-    """Until sshd on this host answers with its banner; fails early if sshd exits."""
-    pause = threading.Event()
-    delay = 0.05
-    while True:
-        code = process.poll()
-        if code is not None:
-            raise PlatformError(f"sshd exited with code {code} at start; see its messages above")
-        try:
-            with socket.create_connection(
-                ("127.0.0.1", port), timeout=max(0.1, deadline.remaining())
-            ) as sock:
-                if sock.recv(4).startswith(b"SSH-"):
-                    return
-        except OSError:
-            pass
-        if deadline.expired():
-            raise PlatformError(deadline.timeout_message())
-        pause.wait(min(delay, deadline.remaining()))
-        delay = min(delay * 2, 1.0)
+    return RunningSshd(process, port), host_public_key
 
 
 def write_authorized_key(files: SshFiles, public_key: str) -> None:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from sagetrain.deadline import Deadline
-from sagetrain.errors import ExitCode, SagetrainError
+from sagetrain.errors import ExitCode, SagetrainError, Terminated
 from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer
 from sagetrain.launch.events import (
     EventQueue,
@@ -26,8 +26,11 @@ from sagetrain.launch.events import (
 )
 from sagetrain.launch.job import (
     VERDICT_DELIVERY_SECONDS,
+    JobFailedEarly,
     JobSpec,
+    coordinator_address,
     start_program,
+    stopped_verdict,
     verdict_for_exit,
     wait_for_hosts,
 )
@@ -58,17 +61,22 @@ def decide(plan: Plan, outcomes: dict[str, Verdict], failures: Sequence[RankFail
     return None
 
 
-def _program_env(spec: JobSpec, coordinator: str) -> dict[str, str]:
+def program_env(spec: JobSpec, coordinator: str, host: str) -> dict[str, str]:
+    """The environment of ``host``'s program (one per host). Pure; the dry run prints the same."""
     plan = spec.plan
     return {
         **spec.env,
-        "TF_CONFIG": json.dumps(tf_config(plan, plan.current_host)),
+        "TF_CONFIG": json.dumps(tf_config(plan, host)),
         "SAGETRAIN_COORDINATOR": coordinator,
-        "SAGETRAIN_RANK": str(plan.hosts.index(plan.current_host)),
+        "SAGETRAIN_RANK": str(plan.hosts.index(host)),
         "SAGETRAIN_SIZE": str(len(plan.hosts)),
         "SAGETRAIN_LOCAL_RANK": "0",
         "SAGETRAIN_LOCAL_SIZE": "1",
     }
+
+
+def parameter_server_env(spec: JobSpec, host: str) -> dict[str, str]:
+    return {**spec.env, "TF_CONFIG": json.dumps(tf_config(spec.plan, host, TaskType.PS))}
 
 
 def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
@@ -90,7 +98,7 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
                 job_hosts=plan.hosts,
             )
             port = server.start()
-            coordinator = f"{plan.master}:{port}"
+            coordinator = coordinator_address(plan, port)
             wait_for_hosts(
                 events,
                 plan.workers,
@@ -108,14 +116,24 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
                 ),
             )
             client.listen()
-            coordinator = f"{plan.master}:{plan.coordinator_port}"
+            coordinator = coordinator_address(plan, plan.coordinator_port)
         if plan.engine is Engine.PARAMETER_SERVER:
-            env = {**spec.env, "TF_CONFIG": json.dumps(tf_config(plan, plan.current_host, TaskType.PS))}
-            ps = ManagedProcess.start([python, "-m", PS_SERVER_MODULE], name="ps", env=env)
+            ps = ManagedProcess.start(
+                [python, "-m", PS_SERVER_MODULE], name="ps", env=parameter_server_env(spec, plan.current_host)
+            )
             ps.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
             processes.append(ps)
-        processes.append(start_program(spec, _program_env(spec, coordinator), events))
+        processes.append(start_program(spec, program_env(spec, coordinator, plan.current_host), events))
         verdict = _master_loop(spec, events) if is_master else _worker_loop(spec, events, client)
+    except JobFailedEarly as failed:
+        verdict = failed.verdict
+    except Terminated as stopped:
+        for process in processes:
+            process.terminate_tree()
+        if is_master and processes:  # every host's program reports to the master's coordinator
+            verdict = stopped_verdict(stopped, events, [])
+        else:
+            verdict = Verdict(stopped.exit_code, stopped.cause)
     except SagetrainError as error:
         verdict = Verdict(error.exit_code, error.cause)
     finally:

@@ -44,6 +44,8 @@ def locate_code(paths: Paths, settings: JobSettings) -> Path:
 
 
 def _pip(args: list[str], code_dir: Path, what: str) -> None:
+    # No overall timeout: a large requirements file may rightly take many minutes. pip's own socket
+    # timeout (15 s) and retries bound a stalled download, and SageMaker's MaxRuntimeInSeconds the rest.
     command = [sys.executable, "-m", "pip", "install", "--no-input", *args]
     log.info("installing %s: %s", what, " ".join(command))
     result = subprocess.run(command, cwd=code_dir, check=False)

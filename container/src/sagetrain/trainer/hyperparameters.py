@@ -7,7 +7,9 @@ frozen mapping.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -155,14 +157,16 @@ def _number(hp: Mapping[str, object], key: str, default: float | None) -> float 
     value = hp.get(key, default)
     if value is None:
         return None
+    number: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise UserError(f"hyperparameter {key!r} must be a number, got {value!r}.")
+        number = float(value)
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = float(value)
+    # JSON's Infinity and NaN (and "inf" as text) parse as floats but mean nothing as a rate or a count.
+    if number is None or not math.isfinite(number):
+        raise UserError(f"hyperparameter {key!r} must be a finite number, got {value!r}.")
+    return number
 
 
 def _text(hp: Mapping[str, object], key: str, default: str | None) -> str | None:

@@ -44,8 +44,6 @@ from sagetrain.trainer.sharding import batch_sizes, check_records_per_rank, step
 from sagetrain.trainer.signals import StopRequest
 from sagetrain.trainer.tensorboard import EpochScalars
 
-STOP, CONTINUE = tf.constant(1.0), tf.constant(0.0)
-
 
 def _note(message: str) -> None:
     print(f"sagetrain.trainer: {message}", file=sys.stderr, flush=True)
@@ -207,6 +205,9 @@ def _train(
         )
 
     train_step, eval_step = make_train_step(prepared, engine), make_eval_step(prepared)
+    # Made here, not at import: a tensor made before the engine pins this rank's GPU would initialise
+    # every device and make pinning fail.
+    stop_flags = {True: tf.constant(1.0), False: tf.constant(0.0)}
     writer = EpochScalars(job.tensorboard_dir) if (ranks.rank == 0 and job.tensorboard_dir.is_dir()) else None
     last_metrics: dict[str, float] = {}
     for epoch in range(start.epochs_completed + 1, settings.epochs + 1):
@@ -224,7 +225,7 @@ def _train(
             if lr_plan is not None:
                 set_learning_rate(prepared, lr_plan.at((epoch - 1) * steps + done - 1))
             try:
-                stops = train_step(iterator, STOP if stop.requested else CONTINUE)
+                stops = train_step(iterator, stop_flags[stop.requested])
             except tf.errors.OutOfRangeError:
                 raise UserError(
                     f"channel 'train' ran out of records on rank {ranks.rank} at step {done} of epoch "

@@ -3,7 +3,8 @@
 Feature 0 of every record is its id. The ``RecordIds`` layer strips it and, in training steps only, appends
 the step's ids to ``<ids_dir>/ids-rank-<rank>.txt`` (one line per step), so the test sees exactly which
 records each rank trained on. With ``sigterm_at_step`` it sends SIGTERM to its own process during that
-step (counted per process, on rank ``sigterm_rank``) — a deterministic stand-in for a spot interruption.
+step (counted per process, on rank ``sigterm_rank``) — a deterministic stand-in for a spot interruption;
+``kill_at_step`` sends SIGKILL instead (a host that dies: no checkpoint of its own, no goodbye).
 """
 
 import os
@@ -17,9 +18,10 @@ import tensorflow as tf
 
 @keras.saving.register_keras_serializable(package="sagetrain_tests")
 class RecordIds(keras.layers.Layer):
-    def __init__(self, ids_dir="", sigterm_at_step=0, sigterm_rank=0, **kwargs):
+    def __init__(self, ids_dir="", sigterm_at_step=0, sigterm_rank=0, kill_at_step=0, **kwargs):
         super().__init__(**kwargs)
         self.ids_dir, self.sigterm_at_step, self.sigterm_rank = ids_dir, sigterm_at_step, sigterm_rank
+        self.kill_at_step = kill_at_step
         self._steps = 0
 
     def call(self, inputs, training=False):
@@ -34,15 +36,28 @@ class RecordIds(keras.layers.Layer):
             log.write(" ".join(str(int(value)) for value in np.asarray(ids)) + "\n")
         if self._steps == self.sigterm_at_step and rank == self.sigterm_rank:
             os.kill(os.getpid(), signal.SIGTERM)
+        if self._steps == self.kill_at_step and rank == self.sigterm_rank:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def get_config(self):
-        return {**super().get_config(), "ids_dir": "", "sigterm_at_step": 0, "sigterm_rank": 0}
+        return {
+            **super().get_config(),
+            "ids_dir": "",
+            "sigterm_at_step": 0,
+            "sigterm_rank": 0,
+            "kill_at_step": 0,
+        }
 
 
 def build_model(hp):
     features = hp.get("features", 3)
     inputs = keras.Input((features + 1,))
-    hidden = RecordIds(hp.get("ids_dir", ""), hp.get("sigterm_at_step", 0), hp.get("sigterm_rank", 0))(inputs)
+    hidden = RecordIds(
+        hp.get("ids_dir", ""),
+        hp.get("sigterm_at_step", 0),
+        hp.get("sigterm_rank", 0),
+        hp.get("kill_at_step", 0),
+    )(inputs)
     hidden = keras.layers.Dense(8, activation="tanh")(hidden)
     outputs = keras.layers.Dense(1)(hidden)
     model = keras.Model(inputs, outputs)
