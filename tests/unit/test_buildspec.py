@@ -2,6 +2,8 @@
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,60 @@ def test_every_option_push_passes_to_build_is_one_build_accepts():
     passed = set(re.findall(r"(--[\w-]+)", push_text.split("step_build()", 1)[1].split("\n}", 1)[0]))
     assert passed, "step_build passes no options"
     assert passed <= accepted, f"build.sh does not accept {sorted(passed - accepted)}"
+
+
+RUNNER = REPO / "scripts" / "run-buildspec"
+
+
+def run_buildspec(tmp_path, phases: dict, *extra: str) -> subprocess.CompletedProcess:
+    spec = tmp_path / "buildspec.yml"
+    spec.write_text(
+        yaml.safe_dump({"version": 0.2, "env": {"variables": {"FROM_FILE": "a"}}, "phases": phases})
+    )
+    return subprocess.run(
+        [sys.executable, str(RUNNER), "--buildspec", str(spec), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_run_buildspec_keeps_variables_across_commands_and_phases(tmp_path):
+    done = run_buildspec(
+        tmp_path,
+        {
+            "pre_build": {"commands": ["SET_IN_PRE=b"]},
+            "build": {"commands": ['echo "$FROM_FILE $SET_IN_PRE $OVERRIDDEN $CODEBUILD_BUILD_SUCCEEDING"']},
+        },
+        "--env",
+        "OVERRIDDEN=c",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["a b c 1"]
+
+
+def test_run_buildspec_runs_post_build_after_a_failed_build_as_codebuild_does(tmp_path):
+    done = run_buildspec(
+        tmp_path,
+        {
+            "build": {"commands": ["false", "echo never"]},
+            "post_build": {"commands": ['echo "post $CODEBUILD_BUILD_SUCCEEDING"']},
+        },
+    )
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == ["post 0"]
+    assert "phase build failed" in done.stderr
+
+
+def test_run_buildspec_ends_the_build_when_pre_build_fails(tmp_path):
+    done = run_buildspec(
+        tmp_path,
+        {
+            "pre_build": {"commands": ["false"]},
+            "build": {"commands": ["echo build"]},
+            "post_build": {"commands": ["echo post"]},
+        },
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""

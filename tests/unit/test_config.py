@@ -232,3 +232,21 @@ def test_worker_wait_accepts_fractions(tmp_path):
         decode_hyperparameters({"sagetrain_worker_wait_seconds": "2.5"}), tmp_path / "hp.json"
     )
     assert settings.worker_wait_seconds == 2.5
+
+
+@pytest.mark.parametrize(
+    ("affinity", "quota", "expected"),
+    [
+        (8, None, 8),
+        (8, "max 100000\n", 8),  # cgroup v2, no limit
+        (8, "150000 100000\n", 2),  # docker --cpus 1.5
+        (8, "200000 100000", 2),
+        (2, "800000 100000", 2),  # the quota allows more than the cpuset has
+        (4, "garbled", 4),
+        (0, None, 1),
+    ],
+)
+def test_usable_cpus_honour_affinity_and_quota(affinity, quota, expected):
+    from sagetrain.config.devices import usable_cpus
+
+    assert usable_cpus(affinity, quota) == expected

@@ -68,6 +68,11 @@ def test_plans_tf_config_for_every_host(tmp_path):
     configs = [json.loads(description["launch"][h]["env"]["TF_CONFIG"]) for h in ("algo-1", "algo-2")]
     assert configs[0]["cluster"] == configs[1]["cluster"]
     assert [c["task"]["index"] for c in configs] == [0, 1]
+    # Each host's program runs with its own identity, as its rank launcher sets it.
+    for host in ("algo-1", "algo-2"):
+        env = description["launch"][host]["env"]
+        assert env["SM_CURRENT_HOST"] == env["CURRENT_HOST"] == host
+        assert json.loads(env["SM_TRAINING_ENV"])["current_host"] == host
 
 
 def test_bad_input_is_one_sentence_and_nonzero(tmp_path):

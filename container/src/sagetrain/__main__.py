@@ -38,6 +38,7 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
     """The plan as JSON: what runs where, the launch command and the environment the job adds to this
     process's, built by the same functions the job uses."""
     from sagetrain.launch.mpi import mpi_launch
+    from sagetrain.launch.rank import own_host_variables
     from sagetrain.launch.single import single_env
     from sagetrain.launch.tf_distribute import PS_SERVER_MODULE, parameter_server_env, program_env
 
@@ -66,10 +67,12 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
         command, env = mpi_launch(spec, coordinator)
         description["launch"] = {"host": plan.master, "command": command, "env": _added(env, environ)}
     elif plan.engine.uses_tf_config:
-        description["launch"] = {
-            host: {"command": rank_argv, "env": _added(program_env(spec, coordinator, host), environ)}
-            for host in plan.hosts
-        }
+        description["launch"] = {}
+        for host in plan.hosts:
+            # As that host's rank launcher leaves it: with that host's own identity.
+            env = program_env(spec, coordinator, host)
+            env.update(own_host_variables(env, host))
+            description["launch"][host] = {"command": rank_argv, "env": _added(env, environ)}
         if plan.engine is Engine.PARAMETER_SERVER:
             for host in plan.hosts:
                 description["launch"][host]["parameter_server"] = {

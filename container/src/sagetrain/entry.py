@@ -108,7 +108,8 @@ def build_spec(
 ) -> JobSpec:
     """Everything a launcher needs: the program's argv, the job environment, where ranks start. The job
     and the dry run (``python -m sagetrain plan``) both build it here, so the plan shows what runs.
-    Runs sagemaker_training's Environment (nvidia-smi) for the SM_* variables; starts nothing."""
+    Starts no part of the job; for the SM_* variables it runs sagemaker_training's Environment, which
+    runs nvidia-smi and, when first imported, creates SageMaker's folders under the root if missing."""
     from sagetrain.mapping_compat import to_cmd_args
 
     user_hps = adjusted_user_hyperparameters(

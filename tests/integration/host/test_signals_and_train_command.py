@@ -12,13 +12,18 @@ from conftest import REPO, encode
 TRAIN = REPO / "entrypoints" / "train"
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("mpi", [False, True])
-def test_sigterm_stops_the_job_and_exits_143(job, mpi):
+def one_host_job(mpi: bool) -> dict[str, str]:
+    """train.py as one process, or as 2 MPI ranks on this host."""
     hyperparameters = {"sagemaker_program": encode("train.py")}
     if mpi:
         hyperparameters.update(sagemaker_mpi_enabled="true", sagemaker_mpi_num_of_processes_per_host="2")
-    tree = job(hyperparameters)
+    return hyperparameters
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mpi", [False, True])
+def test_sigterm_stops_the_job_and_exits_143(job, mpi):
+    tree = job(one_host_job(mpi))
     pids = tree.root / "pids"
     pids.mkdir()
     tree.write_code(
@@ -73,10 +78,7 @@ def test_train_command_help():
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mpi", [False, True])
 def test_sigterm_failure_line_carries_what_the_program_said_about_the_stop(job, mpi):
-    hyperparameters = {"sagemaker_program": encode("train.py")}
-    if mpi:
-        hyperparameters.update(sagemaker_mpi_enabled="true", sagemaker_mpi_num_of_processes_per_host="2")
-    tree = job(hyperparameters)
+    tree = job(one_host_job(mpi))
     # Like the managed trainer: on SIGTERM, finish up (a moment), say where the state went, exit 143.
     tree.write_code(
         "train.py",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ def driver_warnings(devices: Devices, uses_horovod: bool) -> tuple[str, ...]:
         return (
             f"NVIDIA driver {devices.driver_version} is older than {TENSORFLOW_MIN_DRIVER}, the oldest that "
             f"runs TensorFlow 2.21's CUDA 12 libraries: TensorFlow will not see the GPUs; use an instance "
-            f"type or AMI with driver >= {HOROVOD_KERNELS_MIN_DRIVER}",
+            f"type or AMI with driver >= {TENSORFLOW_MIN_DRIVER} "
+            f"(>= {HOROVOD_KERNELS_MIN_DRIVER} for Horovod on GPUs)",
         )
     if uses_horovod and major < HOROVOD_KERNELS_MIN_DRIVER:
         return (
@@ -74,6 +77,30 @@ def driver_warnings(devices: Devices, uses_horovod: bool) -> tuple[str, ...]:
             f"{HOROVOD_KERNELS_MIN_DRIVER}",
         )
     return ()
+
+
+def usable_cpus(affinity: int, quota: str | None) -> int:
+    """CPUs this container may use: its CPU affinity, lowered by a CFS quota (``docker --cpus``) given as
+    cgroup v2's cpu.max text ("150000 100000"; "max 100000" when unlimited). Pure."""
+    fields = (quota or "").split()
+    if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit() and int(fields[1]) > 0:
+        return max(1, min(affinity, math.ceil(int(fields[0]) / int(fields[1]))))
+    return max(1, affinity)
+
+
+def _cpu_quota() -> str | None:
+    """cpu.max of cgroup v2, or v1's quota and period in the same form; None when neither is there."""
+    v2 = Path("/sys/fs/cgroup/cpu.max")
+    v1 = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    try:
+        if v2.is_file():
+            return v2.read_text()
+        if v1[0].is_file():
+            quota = v1[0].read_text().strip()
+            return f"{'max' if quota == '-1' else quota} {v1[1].read_text().strip()}"
+    except OSError:
+        return None
+    return None
 
 
 def _nvidia_smi(*arguments: str) -> str | None:
@@ -93,4 +120,5 @@ def detect_devices(environ: Mapping[str, str]) -> Devices:
     )
     driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader") if listed else None
     driver_version = next((line.strip() for line in (driver or "").splitlines() if line.strip()), None)
-    return Devices(gpus=gpus, cpus=os.cpu_count() or 1, driver_version=driver_version)
+    cpus = usable_cpus(len(os.sched_getaffinity(0)), _cpu_quota())
+    return Devices(gpus=gpus, cpus=cpus, driver_version=driver_version)

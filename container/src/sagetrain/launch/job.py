@@ -29,6 +29,8 @@ from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict, root_failure
 VERDICT_DELIVERY_SECONDS = 5.0
 # After a stopped program exited, how long its rank launchers' reports may still be on their way.
 STOP_REPORT_SECONDS = 1.0
+# After mpirun failed with no rank to blame, how long a host's lost connection may take to be noticed.
+LOST_HOST_NOTICE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,22 @@ def stopped_verdict(stopped: Terminated, events: EventQueue, failures: list[Rank
     return Verdict(
         stopped.exit_code, f"{stopped.cause}; rank {first.rank} (host {first.host}): {first.message}"
     )
+
+
+def lost_host_behind(events: EventQueue, failures: list[RankFailure]) -> HostLost | None:
+    """After mpirun failed: the lost host that explains it, if one is reported within
+    LOST_HOST_NOTICE_SECONDS. Only asked when no rank failed on its own: a host that dies takes mpirun
+    down at once, and the ranks it leaves report knock-on failures, often before its connection to the
+    coordinator is seen to close. Rank reports that arrive meanwhile are added to ``failures``."""
+    deadline = Deadline(LOST_HOST_NOTICE_SECONDS, "a lost host to be noticed")
+    while (event := events.get(deadline)) is not None:
+        if isinstance(event, HostLost):
+            return event
+        if isinstance(event, RankFailed):
+            failures.append(event.failure)
+            if not event.failure.is_knock_on():
+                return None
+    return None
 
 
 def stop_registered_ranks(run_dir: Path) -> None:

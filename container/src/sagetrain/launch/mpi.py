@@ -25,6 +25,7 @@ from sagetrain.launch.job import (
     VERDICT_DELIVERY_SECONDS,
     JobSpec,
     coordinator_address,
+    lost_host_behind,
     stop_registered_ranks,
     stopped_verdict,
     verdict_for_exit,
@@ -125,7 +126,18 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
             if isinstance(event, RankFailed):
                 failures.append(event.failure)
             elif isinstance(event, ProcessExited):
-                verdict = verdict_for_exit(spec, event.exit_code, root_failure(failures), what="mpirun")
+                root = root_failure(failures)
+                lost = None
+                if event.exit_code != 0 and plan.multi_host and (root is None or root.is_knock_on()):
+                    lost = lost_host_behind(events, failures)
+                    root = root_failure(failures)
+                if lost is not None:
+                    verdict = Verdict(
+                        ExitCode.PLATFORM_ERROR,
+                        f"lost host {lost.host} ({lost.reason}); mpirun ended with code {event.exit_code}",
+                    )
+                else:
+                    verdict = verdict_for_exit(spec, event.exit_code, root, what="mpirun")
                 break
             elif isinstance(event, HostLost):
                 mpirun.terminate_tree()

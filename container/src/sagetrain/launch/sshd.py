@@ -126,7 +126,8 @@ class RunningSshd:
             raise PlatformError(deadline.timeout_message())
         if not self._listening:
             code = self.process.wait(deadline.remaining())
-            raise PlatformError(f"sshd exited with code {code} at start; see its messages above (sshd: ...)")
+            ended = f"exited with code {code}" if code is not None else "closed its output without listening"
+            raise PlatformError(f"sshd {ended} at start; see its messages above (sshd: ...)")
 
 
 def start_sshd(files: SshFiles, port: int) -> tuple[RunningSshd, str]:

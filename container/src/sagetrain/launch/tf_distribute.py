@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from collections.abc import Sequence
 
 from sagetrain.deadline import Deadline
@@ -128,6 +129,9 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
     except JobFailedEarly as failed:
         verdict = failed.verdict
     except Terminated as stopped:
+        # All at once: the program must not outlive its parameter server by a whole grace period.
+        for process in processes:
+            process.signal_tree(signal.SIGTERM)
         for process in processes:
             process.terminate_tree()
         if is_master and processes:  # every host's program reports to the master's coordinator

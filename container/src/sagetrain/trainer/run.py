@@ -166,6 +166,21 @@ def _checkpoint(
     return path
 
 
+def _stopped(
+    job: JobEnvironment,
+    settings: TrainerSettings,
+    engine: Engine,
+    prepared: Prepared,
+    progress: ckpt.Progress,
+    where: str,
+) -> Terminated:
+    """Checkpoint on SIGTERM, the error to exit with. No rank exits before rank 0 has written: mpirun
+    ends the whole job, with SIGKILL a second later, as soon as any rank exits non-zero."""
+    written = str(_checkpoint(job, settings, prepared, progress))
+    written = engine.broadcast_object(written)  # rank 0 answers only once its file is in place
+    return Terminated(f"stopped by SIGTERM after {where}; checkpoint written to {written}")
+
+
 def _train(
     job: JobEnvironment,
     settings: TrainerSettings,
@@ -234,10 +249,7 @@ def _train(
                 ) from None
             if float(stops) > 0:
                 progress = ckpt.Progress(epoch - 1, done) if done < steps else ckpt.Progress(epoch, 0)
-                path = _checkpoint(job, settings, prepared, progress)
-                raise Terminated(
-                    f"stopped by SIGTERM after epoch {epoch} step {done}; checkpoint written to {path}"
-                )
+                raise _stopped(job, settings, engine, prepared, progress, f"epoch {epoch} step {done}")
         local = local_metrics(prepared)
         averaged = mean_metrics(engine, {**local, "_stop": 1.0 if stop.requested else 0.0}, True)
         stop_now = averaged.pop("_stop") > 0
@@ -258,12 +270,12 @@ def _train(
             if writer is not None:
                 writer.write(epoch, averaged)
         every = settings.checkpoint_every_epochs
-        if stop_now or (every and (epoch % every == 0 or epoch == settings.epochs)):
-            path = _checkpoint(job, settings, prepared, ckpt.Progress(epoch, 0))
-            if stop_now:
-                raise Terminated(
-                    f"stopped by SIGTERM after epoch {epoch} step {steps}; checkpoint written to {path}"
-                )
+        if stop_now:
+            raise _stopped(
+                job, settings, engine, prepared, ckpt.Progress(epoch, 0), f"epoch {epoch} step {steps}"
+            )
+        if every and (epoch % every == 0 or epoch == settings.epochs):
+            _checkpoint(job, settings, prepared, ckpt.Progress(epoch, 0))
     return last_metrics
 
 

@@ -1,10 +1,11 @@
-"""The master's join wait (launch/job.py: wait_for_hosts) with events put in by hand."""
+"""The launcher's bounded waits on events (launch/job.py), with events put in by hand: the master's join
+wait, and what explains a failed mpirun."""
 
 import pytest
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
-from sagetrain.launch.events import EventQueue, HostJoined, HostOutcome, HostReady, RankFailed
-from sagetrain.launch.job import JobFailedEarly, wait_for_hosts
+from sagetrain.launch.events import EventQueue, HostJoined, HostLost, HostOutcome, HostReady, RankFailed
+from sagetrain.launch.job import JobFailedEarly, lost_host_behind, wait_for_hosts
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict
 
 HOSTS = ("algo-2", "algo-3")
@@ -53,3 +54,27 @@ def test_mpi_waits_for_ready_and_names_the_missing_host_at_the_deadline():
     events = queue_of(HostJoined("algo-2", {}), HostReady("algo-2"), HostJoined("algo-3", {}))
     with pytest.raises(PlatformError, match="still missing: algo-3"):
         wait_for_hosts(events, HOSTS, until_ready=True, deadline=Deadline(0.2, "workers"))
+
+
+KNOCK_ON = RankFailure(0, "algo-1", 143, "train.py")  # stopped by mpirun when algo-2 vanished
+
+
+def test_a_lost_host_reported_after_the_knock_on_failures_explains_the_failed_mpirun():
+    failures = [KNOCK_ON]
+    later = RankFailure(2, "algo-1", 1, "train.py", message="Horovod has been shut down. This was caused")
+    lost = HostLost("algo-2", "its connection to the coordinator closed")
+    events = queue_of(RankFailed(later), lost)
+    assert lost_host_behind(events, failures) == lost
+    assert failures == [KNOCK_ON, later]
+
+
+def test_a_rank_that_failed_on_its_own_is_the_explanation_not_a_host():
+    own = RankFailure(1, "algo-2", 1, "train.py", message="ValueError: bad batch")
+    events = queue_of(RankFailed(own), HostLost("algo-2", "closed"))
+    failures = [KNOCK_ON]
+    assert lost_host_behind(events, failures) is None
+    assert failures == [KNOCK_ON, own]
+
+
+def test_nothing_more_reported_means_no_lost_host_once_the_short_wait_ends():
+    assert lost_host_behind(EventQueue(), [KNOCK_ON]) is None
