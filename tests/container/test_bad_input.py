@@ -1,9 +1,9 @@
 """The bad-input matrix: configuration files, hyperparameters, channels, user code and cluster shape
-gone wrong. Every case must end with exit != 0 on every host, one clear sentence (naming what is wrong)
-as the first line of /opt/ml/output/failure on the host that has the bad input, and no container or
-network left behind. Every host must end on its own: the runner gives the others END_GRACE_S after the
-first exit, then stops them as the SDK does, which fails the case (multi-host cases wait for a missing
-master or worker for 15 s, sagetrain_worker_wait_seconds).
+gone wrong. Every case must end with exit != 0 on every host, a failure file on every host whose first
+line is one clear sentence (not empty, not a traceback) — on the host that has the bad input, naming
+what is wrong — and no container or network left behind. Every host must end on its own: the runner
+gives the others END_GRACE_S after the first exit, then stops them as the SDK does, which fails the
+case (multi-host cases wait for a missing master or worker for 15 s, sagetrain_worker_wait_seconds).
 
 Each case writes correct host trees with the runner (--write-only), breaks one thing, and runs the trees
 as they are (--from-workdir). Most cases run on one host and fail before TensorFlow is imported. The
@@ -171,7 +171,7 @@ CASES_TABLE = [
          ("train",), program="model.py", hyperparameters=MODULE, with_train_channel=True),
     # user code
     Case("program-file-absent", "code", set_hyperparameters(sagemaker_program="nope.py"), ("nope.py",)),
-    Case("script-exits-3", "code", unchanged, ("exits3.py", "3"), program="exits3.py"),
+    Case("script-exits-3", "code", unchanged, ("exits3.py", "exited with code 3"), program="exits3.py"),
     Case("script-syntax-error", "code",
          each(write_text("code/syntax_error.py", "def broken(:\n    pass\n"),
               set_hyperparameters(sagemaker_program="syntax_error.py")),
@@ -223,9 +223,13 @@ def test_bad_input_fails_clearly_on_every_host(tmp_path, cpu_image, case):
     codes = result.exit_codes()
     assert all(code not in (0, None) for code in codes.values()), result.describe()
     assert all(exited_on_their_own(result).values()), f"a host had to be stopped\n{result.describe()}"
-    line = result.failure_line(case.bad_host)
-    print(f"{case.id}: exit codes {codes}; failure: {line}")
-    assert_one_clear_sentence(line, case.expect, f"{case.id} on {case.bad_host}\n{result.describe()}")
+    lines = {host: result.failure_line(host) for host in result.hosts}
+    print(f"{case.id}: exit codes {codes}; failures: {lines}")
+    assert sorted(lines) == [f"algo-{index}" for index in range(1, case.hosts + 1)], result.describe()
+    # Every host says why it failed; the host with the bad input names what is wrong.
+    for host, line in lines.items():
+        expect = case.expect if host == case.bad_host else ()
+        assert_one_clear_sentence(line, expect, f"{case.id} on {host}\n{result.describe()}")
 
 
 def test_the_case_table_lists_every_case():

@@ -1,9 +1,10 @@
-"""Faults on a running 2-host job: a host killed, a rank raising, SIGTERM with checkpoint and resume,
-a worker starting late, a worker never starting.
+"""Faults on a running 2- or 3-host job: a host killed, a rank raising, SIGTERM with checkpoint and
+resume, a worker starting late, a worker never starting.
 
-"Within N s" is enforced the SageMaker-local-mode way, not by timing assertions: the runner's --grace N
-gives the other hosts N seconds after the first exit to end on their own and stops any host still
-running after that, which the test then sees as `stopped_by_runner`. Measured times are printed.
+"Within N s" (the bounds issue 6 states) is measured: each host's exit time comes from the Docker
+engine (FinishedAt, StartedAt in the runner's summary) and is compared with the moment of the fault.
+The runner's --grace is set above the bound, so a host that would not end on its own is still seen
+(`stopped_by_runner`) rather than stopped early. Measured times are printed.
 """
 
 import re
@@ -28,35 +29,54 @@ FAULTS = CASES / "faults"
 EPOCH_LINE = re.compile(r"(?:\| |<stdout>:)epoch=(\d+)\b")
 
 
-def start_long_job(tmp_path, image, name, grace):
+def start_long_job(tmp_path, image, name, grace, hosts=2):
     hps = {**HOROVOD, "steps": 3000, "pause": 0.2}
     running = start_cluster(
-        tmp_path, image, 2, FAULTS, name=name, program="train.py", hyperparameters=hps,
+        tmp_path, image, hosts, FAULTS, name=name, program="train.py", hyperparameters=hps,
         extra=["--grace", str(grace)], timeout=420,
     )  # fmt: skip
     running.wait_for_line(r"(^|:)step=5$", timeout=300, host="algo-1")
     return running
 
 
+LOST_HOST_BOUND_S = 60  # issue 6: every remaining container exits != 0 within 60 s of the kill
+
+
+def assert_survivors_failed_within_bound(result, victim, killed_at, survivors, name_the_victim):
+    after = seconds_after(result, killed_at)
+    print(f"exit seconds after killing {victim}:", after)
+    assert result.exit_code != 0, result.describe()
+    assert result.exit_codes()[victim] == 137, result.describe()
+    for host in survivors:
+        assert exited_on_their_own(result)[host], f"{host} had to be stopped\n{result.describe()}"
+        assert result.exit_codes()[host] not in (0, None), result.describe()
+        assert after[host] is not None and after[host] <= LOST_HOST_BOUND_S, (
+            f"{host} exited {after[host]} s after the kill\n{result.describe()}"
+        )
+        line = result.failure_line(host)
+        assert line, f"{host} wrote no failure file or an empty one\n{result.describe()}"
+        if name_the_victim:
+            assert victim in line, f"{host}'s failure does not name {victim}: {line!r}"
+
+
 @pytest.mark.parametrize("victim", ["algo-2", "algo-1"])
 def test_a_killed_host_ends_the_job_on_every_other_host_within_60_s(tmp_path, cpu_image, victim):
-    running = start_long_job(tmp_path, cpu_image, f"kill-{victim}", grace=60)
+    running = start_long_job(tmp_path, cpu_image, f"kill-{victim}", grace=LOST_HOST_BOUND_S + 30)
     killed_at = time.time()
     docker("kill", running.container(victim))
     result = running.wait()
-    print("exit seconds after the kill:", seconds_after(result, killed_at))
     survivor = "algo-1" if victim == "algo-2" else "algo-2"
-    assert result.exit_code != 0, result.describe()
-    assert result.exit_codes()[victim] == 137
-    assert exited_on_their_own(result)[survivor], (
-        f"{survivor} was still running 60 s later\n{result.describe()}"
-    )
-    assert result.exit_codes()[survivor] not in (0, None), result.describe()
-    line = result.failure_line(survivor)
-    assert line is not None, f"{survivor} wrote no failure file\n{result.describe()}"
-    if victim == "algo-2":
-        # The master's sentence names the host it lost.
-        assert "algo-2" in line, result.describe()
+    # The master's sentence names the host it lost; a worker that lost its master says so its own way.
+    assert_survivors_failed_within_bound(result, victim, killed_at, [survivor], victim == "algo-2")
+
+
+def test_a_killed_worker_of_three_ends_the_job_on_both_others_within_60_s(tmp_path, cpu_image):
+    running = start_long_job(tmp_path, cpu_image, "kill3-algo-2", grace=LOST_HOST_BOUND_S + 30, hosts=3)
+    running.wait_for_line(r"rank 2 of 3 started on algo-3", timeout=30)
+    killed_at = time.time()
+    docker("kill", running.container("algo-2"))
+    result = running.wait()
+    assert_survivors_failed_within_bound(result, "algo-2", killed_at, ["algo-1", "algo-3"], True)
 
 
 def test_a_rank_raising_on_one_host_ends_the_job_within_30_s_naming_host_and_rank(tmp_path, cpu_image):
@@ -123,15 +143,26 @@ def test_a_worker_starting_60_s_late_still_joins(tmp_path, cpu_image):
     assert (result.output / "model" / "steps.txt").read_text().strip() == "3"
 
 
+WORKER_WAIT_S = 20
+# From the container's start to its exit: the entry's start-up before the wait begins (about 0.5 s here)
+# and the failure report after it (under 0.1 s); the rest of the margin is for a busy machine.
+START_AND_REPORT_MARGIN_S = 5
+
+
 def test_a_worker_that_never_starts_fails_the_master_when_its_wait_ends(tmp_path, cpu_image):
-    hps = {**HOROVOD, "steps": 3, "sagetrain_worker_wait_seconds": 20}
+    hps = {**HOROVOD, "steps": 3, "sagetrain_worker_wait_seconds": WORKER_WAIT_S}
     result = run_cluster(
         tmp_path, cpu_image, 2, FAULTS, name="never", program="train.py", hyperparameters=hps,
-        extra=["--start-delay", "algo-2=3600"], timeout=300,
+        extra=["--start-delay", "algo-2=3600", "--grace", "0"], timeout=300,
     )  # fmt: skip
     assert result.exit_code not in (0, None), result.describe()
     assert result.host("algo-2")["state"] == "never_started"
+    master = result.host("algo-1")
+    # It ended on its own (the runner stops nothing before the first exit, and algo-1 is the first).
+    assert result.summary["first_host"] == "algo-1" and not master["stopped_by_runner"], result.describe()
+    ran_for = master["exited_at"] - master["started_at"]
     line = result.failure_line("algo-1") or ""
-    print("master's failure line:", line)
-    assert "algo-2" in line, result.describe()
-    assert "sagetrain_worker_wait_seconds" in line or "20" in line, result.describe()
+    print(f"algo-1 ran {ran_for:.2f} s with a {WORKER_WAIT_S} s worker wait; its failure line: {line}")
+    assert "algo-2" in line and "sagetrain_worker_wait_seconds" in line, result.describe()
+    assert f"{WORKER_WAIT_S} s" in line, result.describe()
+    assert WORKER_WAIT_S <= ran_for <= WORKER_WAIT_S + START_AND_REPORT_MARGIN_S, result.describe()

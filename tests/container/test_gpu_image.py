@@ -1,5 +1,6 @@
-"""The GPU image, when it has been built (scripts/build.sh gpu; not part of CI: it downloads ~5 GB).
-No GPU is needed: these check what was compiled in and that every library resolves."""
+"""The GPU image, when it has been built: `scripts/build.sh gpu`, which CI (.ci/run) does before the
+suite; scripts/test.sh alone skips these rather than download ~5 GB of CUDA wheels. No GPU is needed:
+these check what was compiled in and that every library resolves."""
 
 import json
 import os
@@ -65,7 +66,33 @@ def test_gpu_image_runtime_has_no_cuda_compiler_or_unused_libraries_but_keeps_pt
         # slim-site-packages: libraries nothing names are gone, the ones TensorFlow loads are there.
         "test ! -e $nvidia/cusolver/lib/libcusolverMg.so.11 && "
         "test -e $nvidia/cusolver/lib/libcusolver.so.11 && "
-        "test ! -e $nvidia/cuda_nvrtc/lib/libnvrtc.alt.so.12 && test -e $nvidia/cuda_nvrtc/lib/libnvrtc.so.12"
+        "test ! -e $nvidia/cuda_nvrtc/lib/libnvrtc.alt.so.12 && "
+        "test -e $nvidia/cuda_nvrtc/lib/libnvrtc.so.12 && "
+        "test ! -e $nvidia/curand/lib/libcurand.so.10 && test ! -e $nvidia/cufft/lib/libcufftw.so.11 && "
+        "test -e $nvidia/cufft/lib/libcufft.so.11 && test ! -e $nvidia/cublas/lib/libnvblas.so.12 && "
+        "test -e $nvidia/cublas/lib/libcublasLt.so.12 && test -z \"$(find $nvidia -name '*.a')\""
     )
     result = run_in_image(docker_client, gpu_image, ["bash", "-c", script], timeout_s=RUN_DEADLINE_S)
     assert result.exit_code == 0, result.output
+
+
+def test_gpu_image_every_shared_library_resolves_its_dependencies(docker_client, gpu_image):
+    """What the slimming removed is not a dependency of anything left: every shared object of TensorFlow,
+    the CUDA wheels and Horovod finds what it links against. Two exceptions are expected: libcuda.so.1 is
+    the NVIDIA driver, which the container runtime mounts on a GPU host, and Horovod's extension finds
+    TensorFlow's libraries because `import tensorflow` has loaded them."""
+    script = (
+        "cd $(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])') && "
+        "find nvidia tensorflow horovod -type f -name '*.so*' | sort | while read -r library; do "
+        'ldd "$library" | grep "not found" | sed "s|^|$library: |"; done; echo checked'
+    )
+    result = run_in_image(docker_client, gpu_image, ["bash", "-c", script], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.strip().splitlines()]
+    assert lines and lines[-1] == "checked", result.output
+    unresolved = [
+        line
+        for line in lines[:-1]
+        if "libcuda.so.1 " not in line and not (line.startswith("horovod/") and "libtensorflow_" in line)
+    ]
+    assert unresolved == [], "\n".join(unresolved)

@@ -3,10 +3,12 @@ names and trees per host, the local-mode verdict, every host's exit code, start 
 Ctrl-C, output collection and cleanup. The real image's jobs are in the other test_multihost_* files."""
 
 import json
+import os
 import re
 import signal
 import subprocess
 import textwrap
+import uuid
 
 import pytest
 from cluster import CASES, docker, leftovers, run_cluster, start_cluster
@@ -163,3 +165,43 @@ def test_temporary_trees_are_removed_unless_kept(tmp_path, double_image):
     trees = first_line.rsplit("trees in ", 1)[1]
     assert not (tmp_path / trees).exists()
     assert not leftovers(summary["job_name"])
+
+
+def run_runner(tmp_path, *flags):
+    """The runner in the foreground, with its temporary folders under tmp_path/tmp."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    code = behaviour(tmp_path, "true\n")
+    runner = CASES.parents[2] / "scripts" / "local-cluster"
+    completed = subprocess.run(
+        [str(runner), "--hosts", "2", "--code", str(code), "--program", "behaviour.sh",
+         "--output", str(tmp_path / "out"), "--timeout", "60", *flags],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    return completed, temp
+
+
+def test_an_image_that_is_not_here_is_named_and_never_pulled(tmp_path):
+    absent = "sagetrain-test/never-built:0"
+    completed, temp = run_runner(tmp_path, "--image", absent, "--job-name", "t-absent-image")
+    assert completed.returncode == 2, completed.stdout + completed.stderr
+    assert completed.stderr.strip() == (
+        f"local-cluster: --image {absent} is not on this machine and local-cluster does not pull; build it "
+        f"(scripts/build.sh cpu) or pull it (docker pull {absent}), then run again."
+    )
+    assert list(temp.iterdir()) == [], "host trees were written for a job that cannot start"
+    assert subprocess.run(["docker", "image", "inspect", absent], capture_output=True).returncode != 0
+    assert not leftovers("t-absent-image")
+
+
+def test_a_job_name_already_in_use_is_refused_and_what_uses_it_is_left_alone(tmp_path, cpu_image):
+    job = f"t-in-use-{uuid.uuid4().hex[:8]}"
+    docker("network", "create", "--internal", "--label", "sagetrain.test=1", f"{job}-net")
+    try:
+        completed, temp = run_runner(tmp_path, "--image", cpu_image, "--job-name", job)
+        assert completed.returncode == 2, completed.stdout + completed.stderr
+        assert f"--job-name {job} is already taken by network {job}-net; choose" in completed.stderr
+        assert list(temp.iterdir()) == []
+        assert docker("network", "inspect", "--format", "{{.Name}}", f"{job}-net") == f"{job}-net"
+    finally:
+        docker("network", "rm", f"{job}-net", check=False)

@@ -1,7 +1,8 @@
-"""Teardown: how long after the last rank's last act every container of a 2-host job has exited and
-is removed. Measured and printed; benchmarks/ holds the target (<= 3 s) and the comparison with AWS's
-toolkit. The test asserts that every host ended on its own with success, nothing was left behind, and
-no host lingered anywhere near the fixed 30 s sleeps of AWS's MPI path (NO_LINGERING_S)."""
+"""Teardown (issue 6: "after the last rank exits, every container is gone within a few seconds"): the
+time from the last rank's last act (`rank_done <time>`, printed by each rank of a 2-host job as it
+ends) to the moment scripts/local-cluster has removed every container (`removed_at` in its summary,
+taken when `docker rm` returned). Asserted <= ALL_GONE_S and printed, with each host's exit on the way;
+benchmarks/ compares the exit part with AWS's toolkit."""
 
 import re
 
@@ -10,10 +11,10 @@ from cluster import CASES, exited_on_their_own, run_cluster
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 
-NO_LINGERING_S = 15.0
+ALL_GONE_S = 5.0
 
 
-def test_teardown_after_the_last_rank_is_measured_and_complete(tmp_path, cpu_image):
+def test_every_container_is_gone_within_seconds_of_the_last_rank(tmp_path, cpu_image):
     hps = {"sagemaker_mpi_enabled": True, "steps": 3}
     result = run_cluster(
         tmp_path,
@@ -33,12 +34,13 @@ def test_teardown_after_the_last_rank_is_measured_and_complete(tmp_path, cpu_ima
     assert len(done) == 2, result.describe()
     last_rank_done = max(done)
     exits = {host: facts["exited_at"] for host, facts in result.summary["hosts"].items()}
-    last_exit = max(exits.values())
-    cleanup = result.summary["cleanup_seconds"]
+    assert all(at is not None for at in exits.values()), result.describe()
+    removed_at = result.summary["removed_at"]
+    assert removed_at is not None, result.describe()
     exited = ", ".join(f"{host} exited {at - last_rank_done:.2f} s" for host, at in exits.items())
-    all_gone = last_exit - last_rank_done + cleanup
+    all_gone = removed_at - last_rank_done
     print(
-        f"teardown: {exited} after the last rank finished; removed in {cleanup:.2f} s; "
-        f"all gone {all_gone:.2f} s after the last rank finished"
+        f"teardown: {exited} after the last rank finished; cleanup took "
+        f"{result.summary['cleanup_seconds']:.2f} s; all containers gone {all_gone:.2f} s after it"
     )
-    assert all_gone < NO_LINGERING_S, result.describe()
+    assert 0 < all_gone <= ALL_GONE_S, result.describe()

@@ -78,12 +78,13 @@ def test_settings_read_sdk_names_and_our_defaults(tmp_path):
     assert settings.program == "train.py"
     assert settings.mpi_enabled is True
     assert settings.mpi_processes_per_host == 4
-    assert settings.custom_mpi_options == "-x NCCL_DEBUG=INFO"
+    assert settings.custom_mpi_options == ("-x", "NCCL_DEBUG=INFO")
     assert settings.network_interface_name == "eth1"
     assert settings.distribution_instance_groups == ("gpus",)
     assert settings.coordinator_port == 7100
     assert settings.ssh_port == 22
     assert settings.worker_wait_seconds == 600.0
+    assert settings.launch_wait_seconds == 300.0
 
 
 def test_integer_setting_that_is_not_an_integer_names_field_and_value(tmp_path):
@@ -93,6 +94,26 @@ def test_integer_setting_that_is_not_an_integer_names_field_and_value(tmp_path):
         )
     assert "sagemaker_mpi_num_of_processes_per_host must be an integer" in error.value.cause
     assert "'two'" in error.value.cause
+
+
+def test_custom_mpi_options_are_split_as_a_shell_splits_them(tmp_path):
+    settings = parse_settings(
+        decode_hyperparameters({"sagemaker_mpi_custom_mpi_options": json.dumps("-x A='b c' --verbose")}),
+        tmp_path / "hp.json",
+    )
+    assert settings.custom_mpi_options == ("-x", "A=b c", "--verbose")
+
+
+def test_custom_mpi_options_with_an_unbalanced_quote_name_file_field_and_value(tmp_path):
+    source = tmp_path / "hyperparameters.json"
+    with pytest.raises(UserError) as error:
+        parse_settings(
+            decode_hyperparameters({"sagemaker_mpi_custom_mpi_options": r'"-x FOO=\"bar"'}), source
+        )
+    assert error.value.cause == (
+        f"{source} field sagemaker_mpi_custom_mpi_options cannot be split into mpirun arguments "
+        "(No closing quotation): '-x FOO=\"bar'; close the quote or escape it with a backslash"
+    )
 
 
 def test_unknown_sagetrain_setting_is_refused(tmp_path):
@@ -221,17 +242,17 @@ def test_driver_warnings(gpus, driver, horovod, expected):
         assert expected in warning and driver in warning
 
 
+@pytest.mark.parametrize("key", ["sagetrain_worker_wait_seconds", "sagetrain_launch_wait_seconds"])
 @pytest.mark.parametrize("raw", ["Infinity", "-Infinity", "NaN", "0", "-5", '"soon"'])
-def test_worker_wait_must_be_a_positive_finite_number(tmp_path, raw):
-    with pytest.raises(UserError, match="sagetrain_worker_wait_seconds must be a positive, finite number"):
-        parse_settings(decode_hyperparameters({"sagetrain_worker_wait_seconds": raw}), tmp_path / "hp.json")
+def test_waits_must_be_positive_finite_numbers(tmp_path, key, raw):
+    with pytest.raises(UserError, match=f"{key} must be a positive, finite number"):
+        parse_settings(decode_hyperparameters({key: raw}), tmp_path / "hp.json")
 
 
-def test_worker_wait_accepts_fractions(tmp_path):
-    settings = parse_settings(
-        decode_hyperparameters({"sagetrain_worker_wait_seconds": "2.5"}), tmp_path / "hp.json"
-    )
-    assert settings.worker_wait_seconds == 2.5
+def test_waits_accept_fractions(tmp_path):
+    raw = {"sagetrain_worker_wait_seconds": "2.5", "sagetrain_launch_wait_seconds": "0.5"}
+    settings = parse_settings(decode_hyperparameters(raw), tmp_path / "hp.json")
+    assert (settings.worker_wait_seconds, settings.launch_wait_seconds) == (2.5, 0.5)
 
 
 @pytest.mark.parametrize(

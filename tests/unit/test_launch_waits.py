@@ -1,11 +1,15 @@
-"""The launcher's bounded waits on events (launch/job.py), with events put in by hand: the master's join
-wait, and what explains a failed mpirun."""
+"""The launcher's bounded waits (launch/job.py, launch/mpi.py), with events put in by hand and a fake
+clock: the master's join wait, what explains a failed mpirun, mpirun's start, the stop path's deadline."""
 
 import pytest
+from sagetrain.config.hyperparameters import JobSettings
+from sagetrain.config.resources import ResourceConfig
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
 from sagetrain.launch.events import EventQueue, HostJoined, HostLost, HostOutcome, HostReady, RankFailed
-from sagetrain.launch.job import JobFailedEarly, lost_host_behind, wait_for_hosts
+from sagetrain.launch.job import STOP_SECONDS, JobFailedEarly, lost_host_behind, wait_for_hosts
+from sagetrain.launch.mpi import AFTER_RANKS_STOP_SECONDS, MPIRUN_STOP_SECONDS, ranks_not_started
+from sagetrain.plan import make_plan
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict
 
 HOSTS = ("algo-2", "algo-3")
@@ -78,3 +82,45 @@ def test_a_rank_that_failed_on_its_own_is_the_explanation_not_a_host():
 
 def test_nothing_more_reported_means_no_lost_host_once_the_short_wait_ends():
     assert lost_host_behind(EventQueue(), [KNOCK_ON]) is None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_part_of_a_deadline_keeps_the_reserve_for_the_steps_after_it():
+    clock = FakeClock()
+    stop = Deadline(STOP_SECONDS, "the job to stop", clock=clock)
+    ranks = stop.part(STOP_SECONDS, "the ranks to end", reserve=AFTER_RANKS_STOP_SECONDS)
+    assert ranks.seconds == STOP_SECONDS - AFTER_RANKS_STOP_SECONDS
+    clock.now += ranks.seconds  # the ranks took all their part
+    assert ranks.expired() and not stop.expired()
+    mpirun = stop.part(MPIRUN_STOP_SECONDS, "mpirun to stop")
+    assert mpirun.seconds == MPIRUN_STOP_SECONDS
+    clock.now += MPIRUN_STOP_SECONDS
+    delivery = stop.part(10.0, "workers to receive the verdict")
+    assert delivery.seconds == AFTER_RANKS_STOP_SECONDS - MPIRUN_STOP_SECONDS
+    clock.now += 60.0
+    assert stop.part(1.0, "the ranks' reports").seconds == 0.0
+
+
+def test_the_whole_stop_path_fits_before_sagemakers_sigkill():
+    assert STOP_SECONDS < 10.0  # SageMaker's local mode SIGKILLs 10 s after SIGTERM
+    assert AFTER_RANKS_STOP_SECONDS > MPIRUN_STOP_SECONDS
+
+
+def mpi_plan(hosts, per_host):
+    resources = ResourceConfig(hosts[0], tuple(hosts), "local", "homogeneousCluster", (), "eth0")
+    settings = JobSettings(mpi_enabled=True, mpi_processes_per_host=per_host)
+    return make_plan(resources, settings, gpus_per_host=0)
+
+
+def test_the_launch_timeout_names_the_ranks_not_started_per_host():
+    plan = mpi_plan(("algo-1", "algo-2", "algo-3"), 4)
+    assert ranks_not_started(plan, set(range(4)) | {9}) == "algo-2: ranks 4-7; algo-3: ranks [8, 10, 11]"
+    assert ranks_not_started(plan, set(range(12)) - {5}) == "algo-2: rank 5"
+    assert ranks_not_started(plan, set(range(12))) == ""

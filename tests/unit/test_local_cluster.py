@@ -5,7 +5,12 @@ import importlib.machinery
 import importlib.util
 import itertools
 import json
+import os
+import re
+import signal
+import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -368,3 +373,143 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
     status = lc.main(["--image", "img", "--hosts", "2", "--hp", "epochs", "--write-only", "--workdir", "w"])
     assert status == 2
     assert capsys.readouterr().err.strip() == "local-cluster: --hp expects KEY=VALUE, got 'epochs'."
+
+
+def test_examples_in_help_name_folders_that_exist():
+    repo = RUNNER_PATH.parents[1]
+    paths = re.findall(r"--code (\S+)|--channel \w+=(\S+)", lc.EPILOG)
+    named = [path for pair in paths for path in pair if path.startswith("examples/")]
+    assert named, lc.EPILOG
+    for path in named:
+        assert (repo / path).exists(), f"--help names {path}, which is not in the repository"
+
+
+def test_containers_are_created_without_pulling(tmp_path):
+    spec = lc.RunSpec(image="img", hosts=("algo-1",), job_name="j")
+    assert ("--pull", "never") in list(itertools.pairwise(lc.container_create_args(spec, "algo-1", tmp_path)))
+
+
+# -- every path out: nothing written before the flags are checked, trees removed unless kept -------------
+
+
+@pytest.fixture
+def temp_root(tmp_path, monkeypatch):
+    """Where mkdtemp puts the host trees during the test (the runner uses the tempfile module)."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(lc.tempfile, "tempdir", str(root))
+    return root
+
+
+def job_flags(tmp_path, *extra):
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text("")
+    return ["--image", "img", "--hosts", "2", "--code", str(code), "--program", "train.py", *extra]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--start-delay", "algo-3=5"], "--start-delay names host 'algo-3'"),
+        (["--start-delay", "algo-2=soon"], "seconds must be a number"),
+        (["--env", "NOVALUE"], "--env expects KEY=VALUE"),
+    ],
+)
+def test_a_run_flag_mistake_is_reported_before_any_tree_is_written(
+    tmp_path, temp_root, capsys, extra, message
+):
+    # The docker CLI named here does not exist: the flags must be rejected before docker is asked.
+    status = lc.main(job_flags(tmp_path, "--docker", str(tmp_path / "no-docker"), *extra))
+    assert status == 2
+    assert message in capsys.readouterr().err
+    assert list(temp_root.iterdir()) == []
+
+
+def test_a_missing_docker_cli_is_one_sentence_and_nothing_is_written(tmp_path, temp_root, capsys):
+    status = lc.main(job_flags(tmp_path, "--docker", str(tmp_path / "no-docker")))
+    assert status == 125
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"local-cluster: the docker CLI '{tmp_path / 'no-docker'}' could not be run (No such file or "
+        "directory); install Docker or pass --docker with the path of its CLI."
+    )
+    assert list(temp_root.iterdir()) == []
+
+
+def test_a_workdir_that_is_not_empty_is_refused(tmp_path, capsys):
+    workdir = tmp_path / "work"
+    (workdir / "algo-1").mkdir(parents=True)
+    status = lc.main(job_flags(tmp_path, "--workdir", str(workdir), "--write-only"))
+    assert status == 2
+    assert f"--workdir {workdir} is not empty" in capsys.readouterr().err
+    assert [path.name for path in workdir.iterdir()] == ["algo-1"]
+
+
+def test_a_docker_call_that_does_not_answer_in_time_is_a_docker_error():
+    # `sleep` stands in for a docker CLI that hangs: `sleep 30` with a 0.2 s limit.
+    with pytest.raises(lc.DockerError, match=r"`docker 30` did not finish within 0\.2 s; check that"):
+        lc.DockerCli("sleep").run(["30"], timeout=0.2)
+
+
+def test_a_signal_outside_raising_is_recorded_and_raised_on_entry_once():
+    with lc.SignalGate() as gate:
+        os.kill(os.getpid(), signal.SIGTERM)  # not raising: recorded only
+        assert gate.received == [signal.SIGTERM]
+        with pytest.raises(lc.Interrupted), gate.raising():
+            pass
+        gate.received.clear()
+        with pytest.raises(lc.Interrupted), gate.raising():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs between bytecodes, at the latest here
+                pass
+        os.kill(os.getpid(), signal.SIGINT)  # after the one raise: recorded only
+        assert gate.received == [signal.SIGINT, signal.SIGINT]
+    assert signal.getsignal(signal.SIGTERM) is not gate._on_signal
+
+
+FAKE_DOCKER = """#!/bin/sh
+# The engine as far as the runner's preflight asks: it answers and has the image; the job's names are free.
+case "$1 $2" in "container inspect"|"network inspect") exit 1 ;; esac
+exit 0
+"""
+
+
+def test_ctrl_c_while_the_trees_are_written_removes_them(tmp_path):
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    data = tmp_path / "data"
+    data.mkdir()
+    files = 3000
+    for index in range(files):
+        (data / f"part-{index}.csv").write_text("1,2\n")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    flags = job_flags(tmp_path, "--hosts", "3", "--channel", f"train={data}", "--docker", str(docker),
+                      "--output", str(tmp_path / "out"))  # fmt: skip
+    runner = subprocess.Popen(
+        [sys.executable, str(RUNNER_PATH), *flags],
+        env={**os.environ, "TMPDIR": str(temp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(temp.iterdir()):  # the trees' folder appears as the writing begins
+            assert runner.poll() is None and time.monotonic() < deadline, "no tree folder appeared"
+            time.sleep(0.001)
+        runner.send_signal(signal.SIGSTOP)  # hold it mid-write to see how far it got
+        written = sum(1 for path in temp.rglob("part-*.csv"))
+        runner.send_signal(signal.SIGINT)
+        runner.send_signal(signal.SIGCONT)
+        output, _ = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    print(f"{written} of {3 * files} channel files were written when SIGINT came")
+    assert written < 3 * files, "the writing had ended before the signal: make the channel larger"
+    assert runner.returncode == 128 + signal.SIGINT, output
+    assert "SIGINT received while writing the host trees; nothing was started" in output
+    assert list(temp.iterdir()) == [], "the temporary host trees were left behind"

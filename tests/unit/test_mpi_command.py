@@ -14,7 +14,8 @@ SSH = SshSetup(Path("/run/sagetrain/ssh/id_ed25519"), Path("/run/sagetrain/ssh/k
 
 def plan(hosts=("algo-1",), custom="", gpus=2):
     resources = ResourceConfig(hosts[0], tuple(hosts), "local", "homogeneousCluster", (), "eth0")
-    return make_plan(resources, JobSettings(mpi_enabled=True, custom_mpi_options=custom), gpus_per_host=gpus)
+    settings = JobSettings(mpi_enabled=True, custom_mpi_options=tuple(custom.split()))
+    return make_plan(resources, settings, gpus_per_host=gpus)
 
 
 def test_single_host_line():
@@ -116,7 +117,7 @@ def test_yield_when_idle_is_a_default_custom_options_can_override():
     assert " -mca mpi_yield_when_idle 1 " in " ".join(command)
     overridden = make_plan(
         resources,
-        JobSettings(mpi_enabled=True, custom_mpi_options="-mca mpi_yield_when_idle 0"),
+        JobSettings(mpi_enabled=True, custom_mpi_options=("-mca", "mpi_yield_when_idle", "0")),
         gpus_per_host=4,
         cpus_per_host=4,
     )

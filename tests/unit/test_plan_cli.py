@@ -1,9 +1,12 @@
 """`python -m sagetrain plan`: the plan as JSON, without running anything."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from sagetrain.entry import rebased_env_vars, with_device_counts
 
 SRC = Path(__file__).resolve().parents[2] / "container" / "src"
 
@@ -80,3 +83,63 @@ def test_bad_input_is_one_sentence_and_nonzero(tmp_path):
     result = plan(tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip().endswith("current_host 'algo-3' is not in hosts ['algo-1']")
+
+
+def tree_listing(root):
+    return sorted((str(path.relative_to(root)), path.stat().st_mtime_ns) for path in root.rglob("*"))
+
+
+def test_the_dry_run_shows_the_planned_gpus_and_writes_nothing_under_the_root(tmp_path):
+    write(
+        tmp_path,
+        {"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]},
+        {"sagemaker_program": '"train.py"', "sagemaker_mpi_enabled": "true"},
+    )
+    before = tree_listing(tmp_path)
+    result = plan(tmp_path, "--gpus", "8", "--cpus", "96")
+    assert result.returncode == 0, result.stderr
+    env = json.loads(result.stdout)["launch"]["env"]
+    training_env = json.loads(env["SM_TRAINING_ENV"])
+    assert (env["SM_NUM_GPUS"], training_env["num_gpus"]) == ("8", 8)
+    assert (env["SM_NUM_CPUS"], training_env["num_cpus"]) == ("96", 96)
+    # The paths are the job's, although the toolkit was imported under a scratch root.
+    assert env["SM_MODEL_DIR"] == str(tmp_path / "model")
+    assert training_env["module_dir"] == str(tmp_path / "code")
+    assert env["SM_CHANNEL_TRAIN"] == str(tmp_path / "input" / "data" / "train")
+    assert tree_listing(tmp_path) == before  # no <root>/code, nothing else
+
+
+def test_the_dry_run_leaves_this_processs_environment_as_it_was(tmp_path, monkeypatch):
+    from sagetrain.__main__ import plan_command
+
+    write(tmp_path, {"current_host": "algo-1", "hosts": ["algo-1"]}, {"sagemaker_program": '"train.py"'})
+    monkeypatch.delenv("SAGEMAKER_BASE_DIR", raising=False)
+    before = dict(os.environ)
+    description = plan_command(tmp_path, gpus=2)
+    assert description["launch"]["env"]["SM_CURRENT_HOST"] == "algo-1"
+    assert dict(os.environ) == before
+
+
+def test_toolkit_paths_move_to_the_jobs_root_and_json_values_stay_byte_exact():
+    variables = {
+        "SM_MODEL_DIR": "/tmp/scratch/model",
+        "SM_TRAINING_ENV": '{"channel_input_dirs":{"train":"/tmp/scratch/input/data/train"},"num_gpus":0}',
+        "SM_HP_LAYOUT": "[1, 2]",  # a user's string that only looks like JSON
+        "SM_HP_NOTE": "/tmp/scratchpad",  # not under the scratch root
+    }
+    assert rebased_env_vars(variables, "/tmp/scratch", "/opt/ml") == {
+        "SM_MODEL_DIR": "/opt/ml/model",
+        "SM_TRAINING_ENV": '{"channel_input_dirs":{"train":"/opt/ml/input/data/train"},"num_gpus":0}',
+        "SM_HP_LAYOUT": "[1, 2]",
+        "SM_HP_NOTE": "/tmp/scratchpad",
+    }
+
+
+def test_sm_num_gpus_is_the_count_the_job_uses():
+    variables = {"SM_NUM_GPUS": "8", "SM_NUM_CPUS": "96", "SM_TRAINING_ENV": '{"num_cpus":96,"num_gpus":8}'}
+    # e.g. CUDA_VISIBLE_DEVICES=0,1 on an 8-GPU host: detect_devices counts 2
+    assert with_device_counts(variables, 2, None) == {
+        "SM_NUM_GPUS": "2",
+        "SM_NUM_CPUS": "96",
+        "SM_TRAINING_ENV": '{"num_cpus":96,"num_gpus":2}',
+    }

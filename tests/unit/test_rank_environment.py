@@ -2,7 +2,13 @@
 
 import json
 
-from sagetrain.launch.rank import coordinator_address, own_host_variables, rank_variables
+from sagetrain.launch.rank import (
+    HostFacts,
+    coordinator_address,
+    host_resource_config,
+    own_host_variables,
+    rank_variables,
+)
 
 
 def test_rank_variables_from_openmpi():
@@ -43,6 +49,99 @@ def test_own_host_replaces_the_masters_identity():
         False,
         ["algo-1", "algo-2"],
     )
+    assert "SM_RESOURCE_CONFIG" not in updates  # without its resourceconfig.json nothing else is known
+
+
+GROUPS = [
+    {"instance_group_name": "cpus", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+    {"instance_group_name": "gpus", "instance_type": "ml.p4d.24xlarge", "hosts": ["algo-2", "algo-3"]},
+]
+MASTERS_CONFIG = {
+    "current_host": "algo-1",
+    "hosts": ["algo-1", "algo-2", "algo-3"],
+    "current_group_name": "cpus",
+    "current_instance_type": "ml.c5.xlarge",
+    "instance_groups": GROUPS,
+}
+WORKERS_CONFIG = {
+    **MASTERS_CONFIG,
+    "current_host": "algo-2",
+    "current_group_name": "gpus",
+    "current_instance_type": "ml.p4d.24xlarge",
+}
+
+
+def masters_environment():
+    """What mpirun -x brings to a rank on algo-2: the master's variables, as sagemaker_training made them."""
+    training_env = {
+        "current_host": "algo-1",
+        "current_instance_type": "ml.c5.xlarge",
+        "current_instance_group": "cpus",
+        "current_instance_group_hosts": ["algo-1"],
+        "resource_config": MASTERS_CONFIG,
+        "num_gpus": 0,
+        "num_cpus": 4,
+        "master_hostname": "algo-1",
+        "is_master": True,
+        "hosts": ["algo-1", "algo-2", "algo-3"],
+    }
+    return {
+        "SM_CURRENT_HOST": "algo-1",
+        "SM_CURRENT_INSTANCE_TYPE": "ml.c5.xlarge",
+        "SM_CURRENT_INSTANCE_GROUP": "cpus",
+        "SM_CURRENT_INSTANCE_GROUP_HOSTS": '["algo-1"]',
+        "SM_RESOURCE_CONFIG": json.dumps(MASTERS_CONFIG, sort_keys=True, separators=(",", ":")),
+        "SM_NUM_GPUS": "0",
+        "SM_NUM_CPUS": "4",
+        "SM_HOSTS": '["algo-1","algo-2","algo-3"]',
+        "SM_TRAINING_ENV": json.dumps(training_env, sort_keys=True, separators=(",", ":")),
+    }
+
+
+def test_a_rank_on_a_worker_gets_its_own_hosts_resource_config_group_type_and_counts():
+    environ = masters_environment()
+    updates = own_host_variables(environ, "algo-2", WORKERS_CONFIG, HostFacts("algo-2", 8, 96))
+    assert updates["SM_CURRENT_HOST"] == updates["CURRENT_HOST"] == "algo-2"
+    assert json.loads(updates["SM_RESOURCE_CONFIG"]) == WORKERS_CONFIG
+    # Formatted as sagemaker_training formats it (sorted keys, no spaces).
+    assert updates["SM_RESOURCE_CONFIG"] == json.dumps(WORKERS_CONFIG, sort_keys=True, separators=(",", ":"))
+    assert updates["SM_CURRENT_INSTANCE_TYPE"] == "ml.p4d.24xlarge"
+    assert updates["SM_CURRENT_INSTANCE_GROUP"] == "gpus"
+    assert updates["SM_CURRENT_INSTANCE_GROUP_HOSTS"] == '["algo-2","algo-3"]'
+    assert (updates["SM_NUM_GPUS"], updates["SM_NUM_CPUS"]) == ("8", "96")
+    assert "SM_HOSTS" not in updates  # the same on every host
+    training_env = json.loads(updates["SM_TRAINING_ENV"])
+    assert training_env["current_host"] == "algo-2"
+    assert training_env["is_master"] is False
+    assert training_env["resource_config"] == WORKERS_CONFIG
+    assert (training_env["current_instance_type"], training_env["current_instance_group"]) == (
+        "ml.p4d.24xlarge",
+        "gpus",
+    )
+    assert training_env["current_instance_group_hosts"] == ["algo-2", "algo-3"]
+    assert (training_env["num_gpus"], training_env["num_cpus"]) == (8, 96)
+    assert training_env["hosts"] == ["algo-1", "algo-2", "algo-3"]
+
+
+def test_without_facts_from_its_host_a_rank_keeps_the_device_counts_it_was_given():
+    updates = own_host_variables(masters_environment(), "algo-2", WORKERS_CONFIG)
+    assert "SM_NUM_GPUS" not in updates and "SM_NUM_CPUS" not in updates
+    assert json.loads(updates["SM_TRAINING_ENV"])["num_gpus"] == 0
+
+
+def test_host_facts_are_read_back_only_for_the_host_that_wrote_them(tmp_path):
+    HostFacts("algo-2", 8, 96).write(tmp_path)
+    assert HostFacts.read(tmp_path, "algo-2") == HostFacts("algo-2", 8, 96)
+    assert HostFacts.read(tmp_path, "algo-3") is None
+    assert HostFacts.read(tmp_path / "absent", "algo-2") is None
+    (tmp_path / "host.json").write_text("{garbled")
+    assert HostFacts.read(tmp_path, "algo-2") is None
+
+
+def test_another_hosts_resource_config_as_sagemaker_writes_it_there():
+    assert host_resource_config(MASTERS_CONFIG, "algo-2") == WORKERS_CONFIG
+    plain = {"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]}
+    assert host_resource_config(plain, "algo-2") == {"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}
 
 
 def test_coordinator_address_uses_loopback_on_the_master_itself():

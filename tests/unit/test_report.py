@@ -23,6 +23,30 @@ def test_failure_file_first_line_is_the_cause(tmp_path):
     assert (tmp_path / "output" / "data" / "user.txt").read_text() == "mine"
 
 
+def test_a_failure_file_the_program_wrote_is_kept_below_our_cause(tmp_path):
+    paths = Paths(tmp_path)
+    paths.output_dir.mkdir()
+    paths.failure_file.write_text("loss became NaN at step 412\nlearning rate too high?")
+    write_report(paths, Verdict(1, "train.py exited with code 1 on rank 0 (host algo-1)", "Last lines..."))
+    assert paths.failure_file.read_text().splitlines() == [
+        "train.py exited with code 1 on rank 0 (host algo-1)",
+        "--- the program's own failure file, as it wrote it: ---",
+        "loss became NaN at step 412",
+        "learning rate too high?",
+        "--- details: ---",
+        "Last lines...",
+    ]
+
+
+def test_a_failure_file_the_program_wrote_stays_when_the_job_succeeds(tmp_path):
+    paths = Paths(tmp_path)
+    paths.output_dir.mkdir()
+    paths.failure_file.write_text("a warning the program chose to leave here\n")
+    write_report(paths, Verdict(0))
+    assert paths.success_file.exists()
+    assert paths.failure_file.read_text() == "a warning the program chose to leave here\n"
+
+
 def test_success_file(tmp_path):
     assert write_report(Paths(tmp_path), Verdict(0)) == tmp_path / "output" / "success"
 

@@ -154,3 +154,23 @@ def test_pipe_mode_is_rejected_clearly(tmp_path):
     os.mkfifo(tmp_path / "input" / "data" / "train_0")
     with pytest.raises(UserError, match="Pipe input mode"):
         open_channel(spec_for(tmp_path), RankInfo(0, 0, 1, 1), tmp_path, reader_needs_format=True)
+
+
+def test_empty_files_are_skipped_so_no_rank_is_left_without_data(tmp_path):
+    # A data file and an empty one on two ranks: one readable file, so both ranks split it by record.
+    make_files(tmp_path / "input" / "data" / "train", [("data.npz", 900), ("part.npz", 0), ("_SUCCESS", 0)])
+    channels = [
+        open_channel(spec_for(tmp_path), RankInfo(rank, rank, 2, 2), tmp_path, reader_needs_format=True)
+        for rank in range(2)
+    ]
+    assert [(channel.shard.level, channel.shard.record_index) for channel in channels] == [
+        (ShardLevel.RECORD, 0),
+        (ShardLevel.RECORD, 1),
+    ]
+    assert all([Path(path).name for path in channel.files] == ["data.npz"] for channel in channels)
+
+
+def test_a_channel_of_empty_files_has_no_records(tmp_path):
+    make_files(tmp_path / "input" / "data" / "train", [("a.npz", 0), ("b.npz", 0)])
+    with pytest.raises(UserError, match=r"^channel 'train' has no records: its 2 file\(s\) in .* are empty"):
+        open_channel(spec_for(tmp_path), RankInfo(0, 0, 1, 1), tmp_path, reader_needs_format=True)

@@ -9,7 +9,9 @@ from sagetrain.trainer.sharding import (
     ShardLevel,
     balance_files,
     batch_sizes,
+    check_has_records,
     check_records_per_rank,
+    is_balanced,
     plan_shard,
     records_in_record_shard,
     steps_per_epoch,
@@ -36,6 +38,30 @@ def test_balance_is_deterministic_and_keeps_path_order_in_each_bin():
 def test_balance_gives_every_bin_a_file_even_with_empty_files():
     bins = balance_files(files(0, 0, 0, 7), 3)
     assert all(bins)
+
+
+def test_balanced_means_every_bin_within_80_percent_of_the_heaviest_and_none_empty():
+    assert is_balanced(balance_files(files(100, 80), 2))
+    assert not is_balanced(balance_files(files(100, 79), 2))
+    assert not is_balanced(balance_files(files(10, 10, 10), 2)), "20 vs 10 bytes"
+    assert not is_balanced(balance_files(files(*[10] * 5), 2)), "30 vs 20 bytes"
+    assert is_balanced(balance_files(files(*[10] * 9), 2)), "50 vs 40 bytes"
+    assert not is_balanced(balance_files(files(500, 0), 2)), "a bin without bytes"
+    assert not is_balanced(balance_files(files(0, 0), 2))
+
+
+def test_uneven_file_deals_shard_by_record():
+    # Three equal files on two ranks would give one rank twice the records of the other.
+    listing = files(10, 10, 10)
+    shards = [plan_shard(listing, index, 2) for index in range(2)]
+    assert [(shard.level, shard.record_index, shard.record_count) for shard in shards] == [
+        (ShardLevel.RECORD, 0, 2),
+        (ShardLevel.RECORD, 1, 2),
+    ]
+    assert all(shard.files == tuple(listing) for shard in shards)
+    # A big data file next to a (nearly) empty one: both ranks read both, so neither is left without data.
+    shards = [plan_shard(files(9000, 300), index, 2) for index in range(2)]
+    assert all(shard.level is ShardLevel.RECORD for shard in shards)
 
 
 def test_every_file_in_exactly_one_shard():
@@ -68,7 +94,7 @@ def test_record_shard_can_be_empty_when_records_are_fewer_than_ranks():
 
 @pytest.mark.parametrize(
     ("records_per_rank", "batch"),
-    [([52, 51], 8), ([16, 16, 15], 4), ([3, 2], 8), ([100, 40], 16), ([5], 5), ([10, 10], 3)],
+    [([52, 51], 8), ([16, 16, 15], 4), ([3, 2], 8), ([100, 40], 16), ([5], 5), ([10, 10], 3), ([17, 10], 4)],
 )
 def test_equal_steps_and_every_record_in_exactly_one_batch(records_per_rank, batch):
     steps = steps_per_epoch(records_per_rank, batch)
@@ -76,22 +102,28 @@ def test_equal_steps_and_every_record_in_exactly_one_batch(records_per_rank, bat
         sizes = batch_sizes(records, steps, batch)
         assert len(sizes) == steps
         assert sum(sizes) == records
-        assert all(size >= 1 for size in sizes)
-        assert all(size == batch for size in sizes[:-1])
+        assert min(sizes) >= 1
+        assert max(sizes) - min(sizes) <= 1, "records are spread evenly over the steps"
+        assert max(sizes) == -(-records // steps)
+    # The smallest shard never needs more than the per-rank batch.
+    assert max(batch_sizes(min(records_per_rank), steps, batch)) <= batch
 
 
-def test_surplus_goes_to_the_last_step():
+def test_records_are_spread_over_the_steps_larger_batches_first():
     assert steps_per_epoch([52, 51], 8) == 7
-    assert batch_sizes(52, 7, 8) == (8, 8, 8, 8, 8, 8, 4)
-    assert batch_sizes(51, 7, 8) == (8, 8, 8, 8, 8, 8, 3)
-    # File-level shards of unequal record counts: the bigger shard folds its surplus into its last step.
+    assert batch_sizes(52, 7, 8) == (8, 8, 8, 7, 7, 7, 7)
+    assert batch_sizes(51, 7, 8) == (8, 8, 7, 7, 7, 7, 7)
+    # A larger shard gets somewhat larger batches, not one huge last batch (it used to be (16, 16, 68)).
     assert steps_per_epoch([100, 40], 16) == 3
-    assert batch_sizes(100, 3, 16) == (16, 16, 68)
+    assert batch_sizes(100, 3, 16) == (34, 33, 33)
+    assert batch_sizes(40, 3, 16) == (14, 13, 13)
 
 
 def test_steps_cap_shortens_epochs_with_full_batches():
     assert steps_per_epoch([52, 51], 8, cap=3) == 3
     assert batch_sizes(52, 3, 8, take_all=False) == (8, 8, 8)
+    with pytest.raises(ValueError, match="do not fill"):
+        batch_sizes(20, 3, 8, take_all=False)
 
 
 def test_steps_need_a_record_on_every_rank():
@@ -105,3 +137,9 @@ def test_empty_channel_and_too_few_records_are_user_errors_naming_the_channel():
     with pytest.raises(UserError, match=r"channel 'train' has 2 records, too few for 3 ranks \(rank 2"):
         check_records_per_rank("train", [1, 1, 0])
     check_records_per_rank("train", [1, 1, 1])
+
+
+def test_an_evaluation_channel_needs_a_record_on_some_rank_only():
+    check_has_records("validation", [0, 3, 0])
+    with pytest.raises(UserError, match=r"^channel 'validation' has no records; put data files in it"):
+        check_has_records("validation", [0, 0])

@@ -38,7 +38,7 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
     """The plan as JSON: what runs where, the launch command and the environment the job adds to this
     process's, built by the same functions the job uses."""
     from sagetrain.launch.mpi import mpi_launch
-    from sagetrain.launch.rank import own_host_variables
+    from sagetrain.launch.rank import host_resource_config, own_host_variables
     from sagetrain.launch.single import single_env
     from sagetrain.launch.tf_distribute import PS_SERVER_MODULE, parameter_server_env, program_env
 
@@ -69,9 +69,10 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
     elif plan.engine.uses_tf_config:
         description["launch"] = {}
         for host in plan.hosts:
-            # As that host's rank launcher leaves it: with that host's own identity.
+            # As that host's rank launcher leaves it: with that host's own identity and resource config.
             env = program_env(spec, coordinator, host)
-            env.update(own_host_variables(env, host))
+            own_config = host_resource_config(json.loads(env["SM_RESOURCE_CONFIG"]), host)
+            env.update(own_host_variables(env, host, own_config))
             description["launch"][host] = {"command": rank_argv, "env": _added(env, environ)}
         if plan.engine is Engine.PARAMETER_SERVER:
             for host in plan.hosts:
@@ -88,18 +89,17 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
 def plan_command(root: Path, gpus: int | None, cpus: int | None = None) -> dict[str, Any]:
     from sagetrain.entry import build_spec
 
+    """The plan as JSON. Writes nothing: not under the root, not to this process's environment."""
     config = load_job_config(root, check_channels=False)
     devices = detect_devices(os.environ)
-    plan = make_plan(
-        config.resources,
-        config.settings,
-        devices.gpus if gpus is None else gpus,
-        devices.cpus if cpus is None else cpus,
-    )
+    planned_gpus = devices.gpus if gpus is None else gpus
+    plan = make_plan(config.resources, config.settings, planned_gpus, devices.cpus if cpus is None else cpus)
     code_dir = Path(config.settings.submit_directory or config.paths.code_dir)
     program = _program_for_plan(config.settings.program, code_dir)
     environ = dict(os.environ)
-    spec = build_spec(config, plan, program, environ, plan.interface)
+    spec = build_spec(
+        config, plan, program, environ, plan.interface, gpus=planned_gpus, cpus=cpus, dry_run=True
+    )
     return describe_plan(spec, environ)
 
 

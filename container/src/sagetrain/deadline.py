@@ -25,6 +25,12 @@ class Deadline:
     def expired(self) -> bool:
         return self.remaining() <= 0.0
 
+    def part(self, seconds: float, activity: str, *, reserve: float = 0.0) -> Deadline:
+        """A deadline for one step of this activity: at most ``seconds``, and ending ``reserve`` seconds
+        before this one ends, so the steps after it keep their time."""
+        budget = max(0.0, min(seconds, self.remaining() - reserve))
+        return Deadline(budget, activity, self.hint, self.clock)
+
     def timeout_message(self, detail: str = "") -> str:
         message = f"timed out after {self.seconds:g} s waiting for {self.activity}"
         if detail:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import traceback
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,6 +27,7 @@ from sagetrain.config.hyperparameters import user_hyperparameters
 from sagetrain.config.paths import ROOT_ENV
 from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated
 from sagetrain.launch.job import JobSpec
+from sagetrain.launch.rank import HostFacts, sm_value
 from sagetrain.plan import Engine, Plan, make_plan
 from sagetrain.report import Verdict, write_report
 from sagetrain.run.program import (
@@ -52,18 +55,85 @@ class _NonEmptyDict(dict):
         return True
 
 
-def toolkit_env_vars(config: JobConfig, hyperparameters: Mapping[str, Any]) -> dict[str, str]:
-    """The SM_* variables exactly as sagemaker_training exports them. Runs nvidia-smi, and sets this
-    process's SAGEMAKER_BASE_DIR: the toolkit reads its root from there when first imported."""
-    os.environ[ROOT_ENV] = str(config.paths.root)
-    from sagemaker_training import environment
+@contextlib.contextmanager
+def _environ_kept() -> Iterator[None]:
+    """Undo what sagemaker_training writes to os.environ (its root before first import, JOB_NAME,
+    CURRENT_HOST, AWS_REGION): this process's environment stays as it was."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
-    toolkit = environment.Environment(
-        resource_config=_NonEmptyDict(config.raw_resource_config),
-        input_data_config=_NonEmptyDict(config.raw_input_data_config),
-        hyperparameters=_NonEmptyDict(hyperparameters),
-    )
-    return toolkit.to_env_vars()
+
+def _moved(value: Any, old: str, new: str) -> Any:
+    """``value`` with every path under ``old`` moved under ``new``, inside lists and dicts too."""
+    if isinstance(value, str):
+        return new + value[len(old) :] if value == old or value.startswith(old + "/") else value
+    if isinstance(value, list):
+        return [_moved(item, old, new) for item in value]
+    if isinstance(value, dict):
+        return {key: _moved(item, old, new) for key, item in value.items()}
+    return value
+
+
+def rebased_env_vars(variables: Mapping[str, str], old: str, new: str) -> dict[str, str]:
+    """SM_* variables with the paths under ``old`` moved under ``new``; JSON values re-encoded as the
+    toolkit encodes them, and only when a path in them moved. Pure."""
+    rebased = {}
+    for name, value in variables.items():
+        try:
+            decoded = json.loads(value) if value.startswith(("{", "[")) else value
+        except ValueError:
+            decoded = value
+        moved = _moved(decoded, old, new)
+        rebased[name] = value if moved == decoded else (moved if isinstance(moved, str) else sm_value(moved))
+    return rebased
+
+
+def with_device_counts(variables: Mapping[str, str], gpus: int, cpus: int | None) -> dict[str, str]:
+    """SM_NUM_GPUS and SM_TRAINING_ENV's num_gpus set to ``gpus`` (the toolkit counts every GPU
+    nvidia-smi lists, ignoring NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES), and the CPU count likewise
+    when ``cpus`` is given. Pure."""
+    counts: dict[str, int] = {"num_gpus": gpus} if cpus is None else {"num_gpus": gpus, "num_cpus": cpus}
+    updated = dict(variables)
+    updated.update({f"SM_{name.upper()}": str(count) for name, count in counts.items()})
+    if "SM_TRAINING_ENV" in variables:
+        training_env = json.loads(variables["SM_TRAINING_ENV"])
+        training_env.update(counts)
+        updated["SM_TRAINING_ENV"] = sm_value(training_env)
+    return updated
+
+
+def toolkit_env_vars(
+    config: JobConfig,
+    hyperparameters: Mapping[str, Any],
+    *,
+    gpus: int,
+    cpus: int | None = None,
+    dry_run: bool = False,
+) -> dict[str, str]:
+    """The SM_* variables exactly as sagemaker_training exports them, except the device counts: ``gpus``
+    (those visible to the job, or a dry run's planned count) and, when given, ``cpus``. Runs nvidia-smi
+    and leaves os.environ as it was. The toolkit takes its root from SAGEMAKER_BASE_DIR when first
+    imported and creates <root>/code then, as in AWS's images; a dry run has it import under an empty
+    temporary root instead, so nothing is written under the job's root, and moves the paths back."""
+    with _environ_kept(), contextlib.ExitStack() as cleanup:
+        scratch = tempfile.TemporaryDirectory(prefix="sagetrain-plan-") if dry_run else None
+        os.environ[ROOT_ENV] = cleanup.enter_context(scratch) if scratch else str(config.paths.root)
+        from sagemaker_training import environment
+
+        toolkit = environment.Environment(
+            resource_config=_NonEmptyDict(config.raw_resource_config),
+            input_data_config=_NonEmptyDict(config.raw_input_data_config),
+            hyperparameters=_NonEmptyDict(hyperparameters),
+        )
+        variables = toolkit.to_env_vars()
+        imported_root = str(environment.base_dir)
+    if imported_root != str(config.paths.root):  # imported earlier, or under the dry run's scratch root
+        variables = rebased_env_vars(variables, imported_root, str(config.paths.root))
+    return with_device_counts(variables, gpus, cpus)
 
 
 def rank_launcher_argv() -> tuple[str, ...]:
@@ -79,9 +149,7 @@ def resolve_interface(plan: Plan) -> str:
     if not plan.multi_host:
         return plan.interface
     peer = plan.master if plan.current_host != plan.master else plan.workers[0]
-    interface, warning = choose_interface(
-        plan.interface, interface_addresses(), local_address_towards(peer), peer
-    )
+    interface, warning = choose_interface(plan.interface, interface_addresses(), local_address_towards, peer)
     if warning:
         log.warning("%s", warning)
     return interface
@@ -104,12 +172,20 @@ def prepare_program(config: JobConfig) -> Program:
 
 
 def build_spec(
-    config: JobConfig, plan: Plan, program: Program, environ: Mapping[str, str], interface: str
+    config: JobConfig,
+    plan: Plan,
+    program: Program,
+    environ: Mapping[str, str],
+    interface: str,
+    *,
+    gpus: int,
+    cpus: int | None = None,
+    dry_run: bool = False,
 ) -> JobSpec:
     """Everything a launcher needs: the program's argv, the job environment, where ranks start. The job
     and the dry run (``python -m sagetrain plan``) both build it here, so the plan shows what runs.
-    Starts no part of the job; for the SM_* variables it runs sagemaker_training's Environment, which
-    runs nvidia-smi and, when first imported, creates SageMaker's folders under the root if missing."""
+    Starts no part of the job; for the SM_* variables it runs sagemaker_training's Environment (see
+    toolkit_env_vars: nvidia-smi; in a job, <root>/code created if missing)."""
     from sagetrain.mapping_compat import to_cmd_args
 
     user_hps = adjusted_user_hyperparameters(
@@ -117,8 +193,11 @@ def build_spec(
     )
     toolkit_hps = {**config.toolkit_hyperparameters, **user_hps}
     argv = program_argv(program, to_cmd_args(user_hps), sys.executable)
-    run_dir = Path(environ.get("SAGETRAIN_RUN_DIR") or DEFAULT_RUN_DIR)
-    job_env = {**environ, **toolkit_env_vars(config, toolkit_hps)}
+    run_dir = run_dir_of(environ)
+    job_env = {
+        **environ,
+        **toolkit_env_vars(config, toolkit_hps, gpus=gpus, cpus=cpus, dry_run=dry_run),
+    }
     job_env.update(
         {
             "SAGETRAIN_ENGINE": plan.engine.value,
@@ -140,7 +219,12 @@ def build_spec(
     )
 
 
-def run_job(environ: MutableMapping[str, str]) -> Verdict:
+def run_dir_of(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("SAGETRAIN_RUN_DIR") or DEFAULT_RUN_DIR)
+
+
+def run_job(environ: Mapping[str, str], report: Callable[[Verdict], None]) -> Verdict:
+    """This host's part of the job; ``report`` gets the verdict once it is final."""
     from sagetrain.launch import execute
 
     root = root_from_environ(environ)
@@ -160,27 +244,58 @@ def run_job(environ: MutableMapping[str, str]) -> Verdict:
     for warning in driver_warnings(devices, uses_horovod=plan.engine is Engine.HOROVOD):
         log.warning("%s", warning)
     program = prepare_program(config)
-    spec = build_spec(config, plan, program, environ, resolve_interface(plan))
-    return execute(spec, sys.executable)
+    spec = build_spec(config, plan, program, environ, resolve_interface(plan), gpus=devices.gpus)
+    # For the ranks mpirun starts here with the master's environment (launch/rank.py).
+    facts = HostFacts(plan.current_host, int(spec.env["SM_NUM_GPUS"]), int(spec.env["SM_NUM_CPUS"]))
+    facts.write(spec.run_dir)
+    return execute(spec, sys.executable, report)
 
 
-def _raise_terminated(signum: int, _frame: object) -> None:
-    # Later signals must not interrupt the clean-up the first one started.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise Terminated(
-        f"the job was stopped by {signal.Signals(signum).name} (the container was asked to stop)"
-    )
+class JobEnd:
+    """SIGTERM/SIGINT and the report. The first signal raises Terminated in the main thread, which stops
+    the job; once the verdict is final (``report``), the report is written and no signal changes it."""
+
+    def __init__(self, paths: Paths) -> None:
+        self._paths = paths
+        self._stopping = False
+        self.verdict: Verdict | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.verdict is not None or self._stopping:
+            # The verdict is final, or the clean-up the first signal started must not be interrupted.
+            state = "over" if self.verdict is not None else "stopping"
+            log.info("%s ignored: the job is %s", signal.Signals(signum).name, state)
+            return
+        self._stopping = True
+        raise Terminated(
+            f"the job was stopped by {signal.Signals(signum).name} (the container was asked to stop)"
+        )
+
+    def report(self, verdict: Verdict) -> Verdict:
+        """Make ``verdict`` final and write it; the final verdict (the first one reported)."""
+        if self.verdict is not None:
+            return self.verdict
+        self.verdict = verdict
+        try:
+            written = write_report(self._paths, verdict)
+        except OSError as error:
+            log.error("cannot write the report under %s: %s", self._paths.output_dir, error)
+        else:
+            log.info("wrote %s", written)
+        return verdict
 
 
-def run(environ: MutableMapping[str, str]) -> int:
+def run(environ: Mapping[str, str]) -> int:
     """Run this host's part of the job and write the report; the exit code."""
     logging.basicConfig(level=logging.INFO, format="sagetrain %(levelname)s: %(message)s", stream=sys.stderr)
-    paths = Paths(root_from_environ(environ))
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    signal.signal(signal.SIGINT, _raise_terminated)
+    end = JobEnd(Paths(root_from_environ(environ)))
+    end.install()
     try:
-        verdict = run_job(environ)
+        verdict = run_job(environ, end.report)
     except SagetrainError as error:
         detail = traceback.format_exc() if isinstance(error, PlatformError) else ""
         verdict = Verdict(error.exit_code, error.cause, detail)
@@ -188,12 +303,7 @@ def run(environ: MutableMapping[str, str]) -> int:
         verdict = Verdict(
             ExitCode.PLATFORM_ERROR, f"internal error in sagetrain: {error!r}", traceback.format_exc()
         )
-    try:
-        written = write_report(paths, verdict)
-    except OSError as error:
-        log.error("cannot write the report under %s: %s", paths.output_dir, error)
-    else:
-        log.info("wrote %s", written)
+    verdict = end.report(verdict)  # when the job ended before its verdict was final
     if verdict.succeeded:
         log.info("training succeeded")
     else:

@@ -3,8 +3,21 @@
 import pytest
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer, send_rank_failure
-from sagetrain.launch.events import EventQueue, HostJoined, HostLost, MasterLost, RankFailed, VerdictReceived
+from sagetrain.launch.coordinator import (
+    CoordinatorClient,
+    CoordinatorServer,
+    send_rank_failure,
+    send_rank_started,
+)
+from sagetrain.launch.events import (
+    EventQueue,
+    HostJoined,
+    HostLost,
+    MasterLost,
+    RankFailed,
+    RankStarted,
+    VerdictReceived,
+)
 from sagetrain.launch.job import wait_for_hosts
 from sagetrain.report.verdict import RankFailure, Verdict
 
@@ -75,6 +88,12 @@ def test_rank_failure_is_acknowledged_before_the_rank_exits(master):
     failure = RankFailure(1, "algo-2", 3, "train.py", "boom", "", ("last",))
     assert send_rank_failure("127.0.0.1", port, failure)
     assert expect(events, RankFailed).failure == failure
+
+
+def test_rank_start_is_acknowledged_before_the_program_starts(master):
+    events, _, port = master
+    assert send_rank_started("127.0.0.1", port, 5, "algo-2")
+    assert expect(events, RankStarted) == RankStarted(5, "algo-2")
 
 
 def test_joining_a_master_that_never_starts_times_out_naming_it():

@@ -34,6 +34,12 @@ CASES = {
         None,
         "field sagemaker_mpi_num_of_processes_per_host must be an integer >= 1, got 'two'",
     ),
+    "custom MPI options with an unbalanced quote": (
+        {**GOOD, "sagemaker_mpi_enabled": "true", "sagemaker_mpi_custom_mpi_options": encode('-x FOO="bar')},
+        None,
+        "field sagemaker_mpi_custom_mpi_options cannot be split into mpirun arguments (No closing "
+        "quotation): '-x FOO=\"bar'",
+    ),
     "missing sagemaker_program": ({"epochs": "2"}, None, "hyperparameters.json has no sagemaker_program"),
     "program file absent": (
         {"sagemaker_program": encode("trian.py")},

@@ -1,10 +1,12 @@
 """The entry runs a user script as 2 MPI ranks on one host with real OpenMPI."""
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import encode
@@ -122,3 +124,86 @@ def test_the_dry_run_prints_the_mpirun_line_the_job_runs(job):
     added = description["launch"]["env"]
     assert (added["SAGETRAIN_PROGRAM"], added["SM_CURRENT_HOST"]) == ("train.py", "algo-1-abcde")
     assert "SAGETRAIN_RUN_DIR" not in added  # the tree's environment sets it already
+
+
+WORKER_IDENTITY_SCRIPT = """
+import json, os
+rank = os.environ["SAGETRAIN_RANK"]
+names = ("SM_CURRENT_HOST", "SM_RESOURCE_CONFIG", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_INSTANCE_GROUP",
+         "SM_NUM_GPUS", "SM_NUM_CPUS", "SM_TRAINING_ENV")
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank-{rank}.json"), "w") as f:
+    json.dump({name: os.environ[name] for name in names}, f)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ranks_take_identity_config_and_device_counts_from_the_host_they_run_on(job, tmp_path):
+    """Ranks as mpirun starts them on a worker host: with the master's environment, but their host's own
+    /opt/ml and run folder. Here the "worker host" is a second tree, which the custom MPI options point
+    the ranks at; its host.json is what that host's entry would have written."""
+    worker_config = {
+        "current_host": "algo-2-fghij",
+        "hosts": ["algo-1-abcde", "algo-2-fghij"],
+        "current_group_name": "gpus",
+        "current_instance_type": "ml.p4d.24xlarge",
+        "instance_groups": [
+            {"instance_group_name": "cpus", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1-abcde"]},
+            {"instance_group_name": "gpus", "instance_type": "ml.p4d.24xlarge", "hosts": ["algo-2-fghij"]},
+        ],
+    }
+    worker_root = tmp_path / "worker" / "opt" / "ml"
+    (worker_root / "input" / "config").mkdir(parents=True)
+    (worker_root / "input" / "config" / "resourceconfig.json").write_text(json.dumps(worker_config))
+    worker_run = tmp_path / "worker" / "run"
+    worker_run.mkdir()
+    (worker_run / "host.json").write_text(json.dumps({"host": "algo-2-fghij", "num_gpus": 8, "num_cpus": 96}))
+    tree = job(
+        {
+            **MPI,
+            "sagemaker_mpi_custom_mpi_options": encode(
+                f"-x SAGEMAKER_BASE_DIR={worker_root} -x SAGETRAIN_RUN_DIR={worker_run}"
+            ),
+        }
+    )
+    tree.write_code("train.py", WORKER_IDENTITY_SCRIPT)
+    code, output = tree.run()
+    assert code == 0, output
+    for rank in (0, 1):
+        record = json.loads((tree.model_dir / f"rank-{rank}.json").read_text())
+        assert record["SM_CURRENT_HOST"] == "algo-2-fghij"
+        assert json.loads(record["SM_RESOURCE_CONFIG"]) == worker_config
+        assert (record["SM_CURRENT_INSTANCE_TYPE"], record["SM_CURRENT_INSTANCE_GROUP"]) == (
+            "ml.p4d.24xlarge",
+            "gpus",
+        )
+        assert (record["SM_NUM_GPUS"], record["SM_NUM_CPUS"]) == ("8", "96")
+        training_env = json.loads(record["SM_TRAINING_ENV"])
+        assert training_env["current_host"] == "algo-2-fghij"
+        assert training_env["resource_config"] == worker_config
+        assert (training_env["num_gpus"], training_env["num_cpus"]) == (8, 96)
+        assert training_env["is_master"] is False
+    # The master's own entry wrote its facts for the ranks on its host.
+    facts = json.loads((tree.run_dir / "host.json").read_text())
+    assert facts["host"] == "algo-1-abcde"
+
+
+@pytest.mark.timeout(60)
+def test_an_mpirun_that_never_starts_its_ranks_fails_the_job_when_the_launch_wait_ends(job, tmp_path):
+    """An mpirun whose ranks never start (orted never calls back) stands in as a script: the real one
+    cannot be made to hang on one host."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    hanging = bin_dir / "mpirun"
+    hanging.write_text('#!/bin/sh\necho $$ > "$(dirname "$0")/pid"\nexec sleep 300\n')
+    hanging.chmod(0o755)
+    tree = job({**MPI, "sagetrain_launch_wait_seconds": "2"})
+    tree.write_code("train.py", "print('never runs')\n")
+    code, output = tree.run(PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert code == 2, output
+    assert tree.failure.read_text().splitlines()[0] == (
+        "timed out after 2 s waiting for mpirun to start all 2 ranks (not started: algo-1-abcde: ranks 0-1); "
+        "if ranks start slowly, raise the hyperparameter sagetrain_launch_wait_seconds"
+    )
+    pid = int((bin_dir / "pid").read_text())
+    status = Path(f"/proc/{pid}/status")
+    assert not status.exists() or "zombie" in status.read_text()  # mpirun was stopped

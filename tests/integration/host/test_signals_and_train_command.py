@@ -1,13 +1,19 @@
 """PID-1 duties and the image's `train` command, with real processes."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, encode
+from conftest import REPO, encode, make_tree
+from sagetrain.deadline import Deadline
+from sagetrain.launch.coordinator import CoordinatorClient
+from sagetrain.launch.events import EventQueue, VerdictReceived
+from sagetrain.report.verdict import SUCCESS
 
 TRAIN = REPO / "entrypoints" / "train"
 
@@ -109,3 +115,91 @@ sys.exit(143)
         output
     )
     assert "stopped cleanly; state saved to /tmp/state-" in first_line, output
+
+
+IGNORES_SIGTERM = """
+import os, pathlib, signal, subprocess, sys, threading
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, threading; signal.signal(signal.SIGTERM, signal.SIG_IGN); threading.Event().wait(300)"])
+for pid in (os.getpid(), child.pid):
+    pathlib.Path({pids!r}, str(pid)).touch()
+print("program running", flush=True)
+threading.Event().wait(300)
+"""
+
+
+def alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mpi", [False, True])
+def test_a_program_that_ignores_sigterm_is_killed_with_its_children_before_sagemakers_sigkill(job, mpi):
+    tree = job(one_host_job(mpi))
+    pids = tree.root / "pids"
+    pids.mkdir()
+    tree.write_code("train.py", IGNORES_SIGTERM.format(pids=str(pids)))
+    process = tree.start()
+    running = 0
+    for line in process.stdout:
+        running += "program running" in line
+        if running == (2 if mpi else 1):
+            break
+    signalled_at = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        output, _ = process.communicate()
+        stopped_after = time.monotonic() - signalled_at
+        assert process.returncode == 143, output
+        # The issue's bound: SageMaker's local mode SIGKILLs the container 10 s after SIGTERM.
+        assert stopped_after < 10.0, output
+        survivors = [int(p.name) for p in pids.iterdir() if alive(int(p.name))]
+        assert survivors == [], output
+    finally:
+        for pid in (int(p.name) for p in pids.iterdir()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert len(list(pids.iterdir())) == (4 if mpi else 2)
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_after_the_verdict_was_sent_changes_nothing_on_the_master(tmp_path, free_port):
+    """SageMaker local mode: the first container to exit decides, the others get SIGTERM; a worker exits
+    as soon as it has the verdict, so the master is stopped right after it sent the verdict."""
+    hosts = ["localhost", "algo-2"]  # algo-2 is played by this test: it joins, succeeds, stays connected
+    master = make_tree(
+        tmp_path,
+        "master",
+        hosts=hosts,
+        current="localhost",
+        hyperparameters={
+            "sagemaker_program": encode("train.py"),
+            "sagetrain_coordinator_port": str(free_port),
+            "sagemaker_multi_worker_mirrored_strategy_enabled": "true",
+        },
+    )
+    master.write_code("train.py", "print('master program done')\n")
+    process = master.start()
+    events = EventQueue()
+    worker = CoordinatorClient(events, "localhost", free_port, "algo-2", job_hosts=hosts)
+    try:
+        worker.join({}, Deadline(30, "the master to accept algo-2"))
+        worker.listen()
+        worker.send({"type": "outcome", "verdict": SUCCESS.to_message()})
+        received = events.get(Deadline(30, "the verdict"))
+        assert isinstance(received, VerdictReceived), received
+        assert received.verdict == SUCCESS
+        # The master waits for algo-2 to confirm (it never does here): it is stopped in that wait.
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate()
+    finally:
+        worker.close()
+    assert process.returncode == 0, output
+    assert master.success.exists()
+    assert not master.failure.exists()
+    assert "SIGTERM ignored: the job is over" in output

@@ -143,3 +143,18 @@ def test_learning_rate_zero_freezes_the_weights(fit_run, module):
     epoch2 = arrays_with_prefix(fit_run[0], f"{module}/lr/weights_epoch2")
     assert max_abs_difference(arrays_with_prefix(fit_run[0], f"{module}/lr/weights_epoch0"), epoch1) > 1e-4
     assert max_abs_difference(epoch1, epoch2) == 0.0
+
+
+def test_mixed_precision_overflow_on_one_rank_skips_the_step_on_every_rank(fit_run):
+    # Keras 3's LossScaleOptimizer used to skip the inner (allreducing) apply on the overflowing rank
+    # only: the ranks fell out of step and the job failed at its end.
+    module = TF_KERAS_MODULE
+    assert {outputs.record[module]["mixed_optimizer"] for outputs in fit_run} <= {
+        "LossScaleOptimizer",
+        "LossScaleOptimizerV3",
+    }
+    # Initial scale 2**15, halved once: one skipped step, on every rank alike.
+    assert [outputs.record[module]["mixed_loss_scale"] for outputs in fit_run] == [2.0**14] * len(fit_run)
+    assert_bit_identical_across_ranks(fit_run, f"{module}/mixed/weights")
+    trained = arrays_with_prefix(fit_run[0], f"{module}/mixed/weights")
+    assert max_abs_difference(arrays_with_prefix(fit_run[0], f"{module}/mixed/initial"), trained) > 1e-4

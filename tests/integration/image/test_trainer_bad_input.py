@@ -1,6 +1,7 @@
 """Bad model modules and data: one sentence naming module/function/channel in the error file, exit 1,
 and no rank left waiting when only one of them fails."""
 
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -75,7 +76,7 @@ def test_bad_module_is_one_named_sentence(tmp_path, case):
     error = run.error(0)
     assert error is not None, run.stderr[-2000:]
     assert error["message"].count("\n") == 0
-    assert __import__("re").search(pattern, error["message"]), error["message"]
+    assert re.search(pattern, error["message"]), error["message"]
     assert error["message"] in run.stderr
 
 
@@ -139,3 +140,91 @@ def test_one_rank_failing_stops_all_without_hanging(tmp_path):
         "input_fn in bad.py raised for channel 'train': RuntimeError: cannot open"
     )
     assert run.error(0)["message"] == f"rank 1 failed: {run.error(1)['message']}"
+
+
+def test_input_fn_returning_an_infinite_dataset(tmp_path):
+    data.write_npz(tmp_path / "input" / "data" / "train", 6, 1)
+    body = (
+        "def build_model(hp):\n    return model()\n"
+        "def input_fn(channel, hp):\n"
+        "    return tf.data.Dataset.from_tensor_slices((tf.zeros((6, 4)), tf.zeros(6))).repeat()\n"
+    )
+    run = run_trainer(tmp_path, write_module(tmp_path, body), {"batch_size": 2})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.error(0)["message"] == (
+        "input_fn in bad.py returned an infinite dataset for channel 'train' (does it end with .repeat()?); "
+        "return every record once: the trainer runs the epochs itself."
+    )
+
+
+PARSE_RECORD = """
+def build_model(hp):
+    return model()
+def parse_record(serialized, hp):
+    features = {{"{x}": tf.io.FixedLenFeature([{width}], tf.float32)}}
+    features["y"] = tf.io.FixedLenFeature([], tf.float32)
+    parsed = tf.io.parse_single_example(serialized, features)
+    return tf.reshape(parsed["{x}"], (-1,))[:4], parsed["y"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("key", "width", "cause"),
+    [
+        ("z", 4, r"InvalidArgumentError: Feature: z \(data type: float\) is required but could not be found"),
+        ("x", 7, r"InvalidArgumentError: Key: x\.\s+Can't parse serialized Example"),
+    ],
+    ids=["wrong-key", "wrong-shape"],
+)
+def test_parse_record_that_does_not_match_the_records(tmp_path, key, width, cause):
+    data.write_tfrecord(tmp_path / "input" / "data" / "train", 6, 1)
+    module = write_module(tmp_path, PARSE_RECORD.format(x=key, width=width))
+    run = run_trainer(tmp_path, module, {"batch_size": 2})
+    assert run.returncode == 1, run.stderr[-2000:]
+    message = run.error(0)["message"]
+    assert message.count("\n") == 0
+    assert re.search(
+        rf"^channel 'train': parse_record in bad\.py cannot read its records: {cause}.*; make its feature "
+        r"names, types and shapes match the records\.$",
+        message,
+    ), message
+
+
+def test_csv_with_a_value_that_is_not_a_number(tmp_path):
+    train = tmp_path / "input" / "data" / "train"
+    train.mkdir(parents=True)
+    (train / "data.csv").write_text("a,b,c,d,label\n1,2,3,4,5\n1,abc,3,4,5\n")
+    run = run_trainer(tmp_path, write_module(tmp_path, "def build_model(hp):\n    return model()\n"), {})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.error(0)["message"] == (
+        "channel 'train': the CSV reader cannot read its records: InvalidArgumentError: Field 1 in record is "
+        "not a valid float: abc; every value (the label too) must be a number; read other data with "
+        "input_fn(channel, hp)."
+    )
+
+
+def test_truncated_tfrecord_file(tmp_path):
+    train = tmp_path / "input" / "data" / "train"
+    data.write_tfrecord(train, 6, 1)
+    path = next(train.iterdir())
+    path.write_bytes(path.read_bytes()[:-7])
+    module = write_module(tmp_path, PARSE_RECORD.format(x="x", width=4))
+    run = run_trainer(tmp_path, module, {})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert re.search(
+        r"^channel 'train': the TFRecord reader cannot read its records: DataLossError: truncated record at "
+        r"\d+.*; check that the files are complete TFRecord files\.$",
+        run.error(0)["message"],
+    ), run.error(0)["message"]
+
+
+@pytest.mark.parametrize("channel", ["validation", "test"])
+def test_evaluation_channel_with_zero_records(tmp_path, channel):
+    data.write_npz(tmp_path / "input" / "data" / "train", 6, 1)
+    data.write_npz(tmp_path / "input" / "data" / channel, 0, 1)
+    run = run_trainer(tmp_path, write_module(tmp_path, "def build_model(hp):\n    return model()\n"), {})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.error(0)["message"] == (
+        f"channel {channel!r} has no records; put data files in it or remove the channel."
+    )
+    assert not (tmp_path / "output" / "data" / "metrics.json").exists()

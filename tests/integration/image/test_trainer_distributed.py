@@ -1,8 +1,11 @@
 """The managed trainer on 2 and 3 Horovod ranks under real mpirun: exactly-once data with equal steps,
-identical weights, metrics that are the cross-rank mean."""
+identical weights, metrics that are the cross-rank mean; uneven shards weighted per record; rank 0's
+initial state broadcast."""
 
+import math
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,3 +82,131 @@ def test_sharded_by_s3_key_splits_only_between_local_ranks(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     seen = Counter(record for rank in range(2) for ids in step_ids(tmp_path, rank) for record in ids)
     assert seen == Counter(range(21))
+
+
+def write_parts(directory: Path, sizes: Sequence[int]) -> int:
+    """.npz files of ``sizes`` records (ids in file order); the total."""
+    directory.mkdir(parents=True, exist_ok=True)
+    x, y = data.records(sum(sizes))
+    start = 0
+    for index, size in enumerate(sizes):
+        np.savez(directory / f"part-{index:03d}.npz", x=x[start : start + size], y=y[start : start + size])
+        start += size
+    return sum(sizes)
+
+
+def one_process_on_global_batches(
+    per_rank_steps: list[list[list[int]]], hyperparameters: dict, initial: list[np.ndarray], total: int
+) -> list[np.ndarray]:
+    """Plain Keras in this process: the same model from the same initial weights, one step per trainer step
+    on the union of the ranks' batches of that step."""
+    import ids_module
+    import tensorflow as tf
+
+    x, y = data.records(total)
+    model = ids_module.build_model({key: value for key, value in hyperparameters.items() if key != "ids_dir"})
+    model.set_weights(initial)
+    for batches in zip(*per_rank_steps, strict=True):
+        ids = [record for batch in batches for record in batch]
+        features, labels = tf.constant(x[ids]), tf.constant(y[ids])
+        with tf.GradientTape() as tape:
+            predictions = model(features, training=True)
+            loss = model.compute_loss(x=features, y=labels, y_pred=predictions)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+    return [np.asarray(variable) for variable in model.variables]
+
+
+def test_uneven_file_shards_spread_records_and_weigh_every_record_alike(tmp_path):
+    # .npz files of 17 and 10 records (830 and 690 bytes: within the 80% rule, so sharded by file).
+    sizes, ranks = (17, 10), 2
+    total = write_parts(tmp_path / "input" / "data" / "train", sizes)
+    (tmp_path / "ids").mkdir()
+    hyperparameters = {
+        "epochs": EPOCHS,
+        "batch_size": 8,
+        "seed": 7,
+        "init_seed": 3,
+        "ids_dir": str(tmp_path / "ids"),
+    }
+
+    run = run_trainer(tmp_path, CASES / "ids_module.py", hyperparameters, ranks=ranks)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    reports = [run.report(rank) for rank in range(ranks)]
+    assert sorted(report["records"] for report in reports) == sorted(sizes), "one file per rank"
+    steps = 3  # ceil(10 / (8 // 2)) on every rank
+    assert [report["steps_per_epoch"] for report in reports] == [steps] * ranks
+    per_rank_steps = [step_ids(tmp_path, rank) for rank in range(ranks)]
+    for report, rank_steps in zip(reports, per_rank_steps, strict=True):
+        records, planned = report["records"], report["batch_sizes"]
+        assert len(planned) == steps and sum(planned) == records
+        assert max(planned) <= math.ceil(records / steps), f"{planned}: a batch holds the surplus"
+        assert [len(ids) for ids in rank_steps] == planned * EPOCHS
+    for epoch in range(EPOCHS):
+        seen = Counter(
+            record
+            for rank_steps in per_rank_steps
+            for ids in rank_steps[epoch * steps : (epoch + 1) * steps]
+            for record in ids
+        )
+        assert seen == Counter(range(total)), f"epoch {epoch + 1}: not every record exactly once"
+    final = run.weights(0)
+    for mine, theirs in zip(run.weights(1), final, strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+
+    # Batches of 6 and 4 records in one step: the step must equal one process on all 10 records.
+    with np.load(tmp_path / "ids" / "init-rank-0.npz") as arrays:
+        initial = [arrays[f"arr_{index}"] for index in range(len(arrays.files))]
+    expected = one_process_on_global_batches(per_rank_steps, hyperparameters, initial, total)
+    for index, (got, want) in enumerate(zip(final, expected, strict=True)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"variable {index}")
+
+
+def test_rank_0_initial_state_is_broadcast(tmp_path):
+    """Each rank initialises its own weights (seeded by rank); only the broadcast makes them start alike,
+    so the job must end as a job whose ranks all started from rank 0's weights."""
+    results = {}
+    for name, by_rank in (("per-rank-init", True), ("rank-0-init", False)):
+        root = tmp_path / name
+        data.write_npz(root / "input" / "data" / "train", 24, 2)
+        (root / "ids").mkdir()
+        hyperparameters = {
+            "epochs": 1,
+            "batch_size": 8,
+            "seed": 7,
+            "init_seed": 100,
+            "init_seed_by_rank": by_rank,
+            "ids_dir": str(root / "ids"),
+        }
+        run = run_trainer(root, CASES / "ids_module.py", hyperparameters, ranks=2)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[name] = (root, run)
+
+    root, run = results["per-rank-init"]
+    with np.load(root / "ids" / "init-rank-0.npz") as zero, np.load(root / "ids" / "init-rank-1.npz") as one:
+        assert not np.array_equal(zero["arr_0"], one["arr_0"]), "the ranks did not initialise differently"
+    for mine, theirs in zip(run.weights(1), run.weights(0), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    reference = results["rank-0-init"][1]
+    for got, want in zip(run.weights(0), reference.weights(0), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_an_empty_file_next_to_the_data_leaves_no_rank_without_records(tmp_path):
+    train = tmp_path / "input" / "data" / "train"
+    data.write_npz(train, 11, 1)
+    (train / "part-999.npz").write_bytes(b"")
+    (tmp_path / "ids").mkdir()
+
+    run = run_trainer(
+        tmp_path,
+        CASES / "ids_module.py",
+        {"epochs": 1, "batch_size": 4, "ids_dir": str(tmp_path / "ids")},
+        ranks=2,
+    )
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [run.report(rank)["records"] for rank in range(2)] == [6, 5]
+    seen = Counter(record for rank in range(2) for ids in step_ids(tmp_path, rank) for record in ids)
+    assert seen == Counter(range(11))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ SAGETRAIN_DEFAULTS: dict[str, int | float] = {
     "sagetrain_coordinator_port": 7077,
     "sagetrain_ssh_port": 22,
     "sagetrain_worker_wait_seconds": 600.0,
+    "sagetrain_launch_wait_seconds": 300.0,
     "sagetrain_tf_config_port": 2222,
     "sagetrain_ps_port": 2223,
 }
@@ -61,7 +63,7 @@ class JobSettings:
     mpi_enabled: bool = False
     mpi_processes_per_host: int | None = None
     mpi_num_processes: int | None = None
-    custom_mpi_options: str = ""
+    custom_mpi_options: tuple[str, ...] = ()  # split as a shell would, so mpirun gets them as written
     multi_worker_mirrored_enabled: bool = False
     parameter_server_enabled: bool = False
     smddp_enabled: bool = False
@@ -70,6 +72,7 @@ class JobSettings:
     coordinator_port: int = 7077
     ssh_port: int = 22
     worker_wait_seconds: float = 600.0
+    launch_wait_seconds: float = 300.0  # mpirun: from its start until every rank has started
     tf_config_port: int = 2222
     ps_port: int = 2223
 
@@ -119,6 +122,19 @@ class _Reader:
             raise self._bad(key, "a string")
         return value
 
+    def arguments(self, key: str) -> tuple[str, ...]:
+        """A command-line fragment split as a shell splits it (quotes group, backslashes escape)."""
+        value = self.text(key)
+        if not value:
+            return ()
+        try:
+            return tuple(shlex.split(value))
+        except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
+            raise UserError(
+                f"{self.source} field {key} cannot be split into mpirun arguments ({error}): {value!r}; "
+                "close the quote or escape it with a backslash"
+            ) from None
+
     def string_list(self, key: str) -> tuple[str, ...] | None:
         value = self.decoded.get(key)
         if value is None:
@@ -147,10 +163,13 @@ def parse_settings(decoded: Mapping[str, Any], source: Path) -> JobSettings:
             raise read._bad(key, "a TCP port (1-65535)")
         return int(SAGETRAIN_DEFAULTS[key]) if value is None else value
 
+    def seconds(key: str) -> float:
+        value = read.number(key)
+        return float(SAGETRAIN_DEFAULTS[key]) if value is None else value
+
     groups = read.string_list("sagemaker_distribution_instance_groups")
     if groups is None:
         groups = read.string_list("sagemaker_instance_groups")
-    wait = read.number("sagetrain_worker_wait_seconds")
     return JobSettings(
         program=read.text("sagemaker_program"),
         submit_directory=read.text("sagemaker_submit_directory"),
@@ -158,7 +177,7 @@ def parse_settings(decoded: Mapping[str, Any], source: Path) -> JobSettings:
         mpi_enabled=read.boolean("sagemaker_mpi_enabled"),
         mpi_processes_per_host=read.integer("sagemaker_mpi_num_of_processes_per_host", minimum=1),
         mpi_num_processes=read.integer("sagemaker_mpi_num_processes", minimum=1),
-        custom_mpi_options=read.text("sagemaker_mpi_custom_mpi_options") or "",
+        custom_mpi_options=read.arguments("sagemaker_mpi_custom_mpi_options"),
         multi_worker_mirrored_enabled=read.boolean("sagemaker_multi_worker_mirrored_strategy_enabled"),
         parameter_server_enabled=read.boolean("sagemaker_parameter_server_enabled"),
         smddp_enabled=read.boolean("sagemaker_distributed_dataparallel_enabled"),
@@ -166,9 +185,8 @@ def parse_settings(decoded: Mapping[str, Any], source: Path) -> JobSettings:
         distribution_instance_groups=groups,
         coordinator_port=port("sagetrain_coordinator_port"),
         ssh_port=port("sagetrain_ssh_port"),
-        worker_wait_seconds=float(SAGETRAIN_DEFAULTS["sagetrain_worker_wait_seconds"])
-        if wait is None
-        else wait,
+        worker_wait_seconds=seconds("sagetrain_worker_wait_seconds"),
+        launch_wait_seconds=seconds("sagetrain_launch_wait_seconds"),
         tf_config_port=port("sagetrain_tf_config_port"),
         ps_port=port("sagetrain_ps_port"),
     )

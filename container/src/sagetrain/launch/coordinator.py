@@ -9,6 +9,9 @@ Messages are JSON objects, one per line.
     worker → master   {"type": "ready"}                      (MPI: sshd accepts the master's key)
     worker → master   {"type": "outcome", "verdict": {...}}  (TF_CONFIG: how this host's program ended)
     master → worker   {"type": "verdict", "verdict": {...}}  the job's end; the worker exits with it
+    rank   → master   {"type": "rank_started", "rank": r, "host": h}  on a short connection, answered
+                      {"type": "ack"}, before the rank launcher starts its program (MPI: the master
+                      bounds mpirun's start by it)
     rank   → master   {"type": "rank_failure", ...}  on a short connection, answered {"type": "ack"}
 
 The worker closes its connection after the verdict, which tells the master the verdict arrived. A
@@ -37,6 +40,7 @@ from sagetrain.launch.events import (
     HostRejected,
     MasterLost,
     RankFailed,
+    RankStarted,
     VerdictReceived,
 )
 from sagetrain.report.verdict import RankFailure, Verdict
@@ -153,12 +157,15 @@ class CoordinatorServer:
         if first is None:
             connection.close()
             return
-        if first.get("type") == "rank_failure":
+        if first.get("type") in ("rank_failure", "rank_started"):
             try:
-                self._events.put(RankFailed(RankFailure.from_message(first)))
+                if first["type"] == "rank_started":
+                    self._events.put(RankStarted(int(first["rank"]), str(first["host"])))
+                else:
+                    self._events.put(RankFailed(RankFailure.from_message(first)))
                 connection.send({"type": "ack"})
-            except (KeyError, ValueError, OSError):
-                log.warning("ignored a malformed rank failure report: %s", first)
+            except (KeyError, ValueError, TypeError, OSError):
+                log.warning("ignored a malformed rank report: %s", first)
             connection.close()
             return
         if first.get("type") != "hello" or not isinstance(first.get("host"), str):
@@ -306,13 +313,23 @@ class CoordinatorClient:
             self._connection.close()
 
 
-def send_rank_failure(host: str, port: int, failure: RankFailure, timeout: float = 5.0) -> bool:
-    """Report a failed rank to the master and wait for its ack (so the report precedes the exit)."""
+def send_rank_report(host: str, port: int, message: dict[str, Any], timeout: float = 5.0) -> bool:
+    """Send a rank's report to the master and wait for its ack (so the report precedes what follows)."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             connection = Connection(sock)
-            connection.send(failure.to_message())
+            connection.send(message)
             answer = connection.receive()
             return bool(answer and answer.get("type") == "ack")
     except OSError:
         return False
+
+
+def send_rank_failure(host: str, port: int, failure: RankFailure, timeout: float = 5.0) -> bool:
+    """Report a failed rank to the master and wait for its ack (so the report precedes the exit)."""
+    return send_rank_report(host, port, failure.to_message(), timeout)
+
+
+def send_rank_started(host: str, port: int, rank: int, rank_host: str, timeout: float = 5.0) -> bool:
+    """Tell the master that rank ``rank`` on ``rank_host`` is starting its program."""
+    return send_rank_report(host, port, {"type": "rank_started", "rank": rank, "host": rank_host}, timeout)

@@ -48,6 +48,14 @@ class HostLost:
 
 
 @dataclass(frozen=True)
+class RankStarted:
+    """A rank launcher is up and about to start its program."""
+
+    rank: int
+    host: str
+
+
+@dataclass(frozen=True)
 class RankFailed:
     failure: RankFailure
 
@@ -70,6 +78,7 @@ Event = (
     | HostOutcome
     | HostRejected
     | HostLost
+    | RankStarted
     | RankFailed
     | VerdictReceived
     | MasterLost

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError, SagetrainError, Terminated, UserError
+from sagetrain.launch.coordinator import CoordinatorServer
 from sagetrain.launch.events import (
     Event,
     EventQueue,
@@ -22,11 +24,18 @@ from sagetrain.launch.events import (
     ProcessExited,
     RankFailed,
 )
-from sagetrain.launch.process import ManagedProcess
+from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
 from sagetrain.plan.model import Plan
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict, root_failure
 
+log = logging.getLogger(__name__)
+
 VERDICT_DELIVERY_SECONDS = 5.0
+# From SIGTERM to exit, the whole stop path (the ranks' wind-down, stopping mpirun or the program, the
+# ranks' reports, the verdict's delivery) is one deadline: SageMaker's local mode SIGKILLs 10 s after SIGTERM.
+STOP_SECONDS = 8.0
+# The part of it kept, once the programs were stopped, for the ranks' reports and the verdict's delivery.
+STOP_RESERVE_SECONDS = 2.0
 # After a stopped program exited, how long its rank launchers' reports may still be on their way.
 STOP_REPORT_SECONDS = 1.0
 # After mpirun failed with no rank to blame, how long a host's lost connection may take to be noticed.
@@ -50,6 +59,57 @@ class JobSpec:
             activity,
             hint="if hosts start slowly, raise the hyperparameter sagetrain_worker_wait_seconds",
         )
+
+    def launch_wait(self, activity: str) -> Deadline:
+        return Deadline(
+            self.plan.launch_wait_seconds,
+            activity,
+            hint="if ranks start slowly, raise the hyperparameter sagetrain_launch_wait_seconds",
+        )
+
+
+def stop_deadline() -> Deadline:
+    """The deadline of the whole stop path, started when the stop signal arrived."""
+    return Deadline(STOP_SECONDS, "the job to stop after the stop signal")
+
+
+def stop_grace(stop: Deadline) -> float:
+    """How long a stopped program may take to end before it is killed, within ``stop``."""
+    grace = stop.part(TERMINATION_GRACE_SECONDS, "the program to stop", reserve=STOP_RESERVE_SECONDS)
+    return grace.remaining()
+
+
+class FinalVerdict:
+    """The job's verdict, made final once: the first ``settle`` hands it to ``report`` (the entry writes the
+    success or failure file and from then on ignores SIGTERM/SIGINT) and every ``settle`` returns it. A
+    master settles before it sends the verdict to the other hosts, so a host that exits on the verdict,
+    and the stop signal SageMaker then sends the rest, cannot change or lose the master's report."""
+
+    def __init__(self, report: Callable[[Verdict], None]) -> None:
+        self._report = report
+        self._verdict: Verdict | None = None
+
+    def settle(self, verdict: Verdict) -> Verdict:
+        if self._verdict is None:
+            self._verdict = verdict
+            self._report(verdict)
+        return self._verdict
+
+
+def deliver_verdict(server: CoordinatorServer, verdict: Verdict, deadline: Deadline) -> None:
+    """Send the (settled) verdict to every host, wait until ``deadline`` for them to confirm, close."""
+    server.broadcast(verdict)
+    still = server.wait_until_disconnected(deadline)
+    if still:
+        log.warning("hosts %s did not confirm the verdict", ", ".join(still))
+    server.close()
+
+
+def delivery_deadline(stop: Deadline | None) -> Deadline:
+    activity = "workers to receive the verdict"
+    if stop is None:
+        return Deadline(VERDICT_DELIVERY_SECONDS, activity)
+    return stop.part(VERDICT_DELIVERY_SECONDS, activity)
 
 
 def coordinator_address(plan: Plan, port: int) -> str:
@@ -131,11 +191,13 @@ def wait_for_hosts(
     return hellos
 
 
-def stopped_verdict(stopped: Terminated, events: EventQueue, failures: list[RankFailure]) -> Verdict:
+def stopped_verdict(
+    stopped: Terminated, events: EventQueue, failures: list[RankFailure], stop: Deadline
+) -> Verdict:
     """The verdict of a job stopped by a signal, once its program has exited: our sentence, then what a
     rank said about the stop (the managed trainer says where it wrote its checkpoint)."""
     said = [failure for failure in failures if failure.message]
-    deadline = Deadline(STOP_REPORT_SECONDS, "the ranks' reports on the stop")
+    deadline = stop.part(STOP_REPORT_SECONDS, "the ranks' reports on the stop")
     while not said:
         event = events.get(deadline)
         if event is None:
@@ -166,12 +228,25 @@ def lost_host_behind(events: EventQueue, failures: list[RankFailure]) -> HostLos
     return None
 
 
-def stop_registered_ranks(run_dir: Path) -> None:
-    """SIGTERM the rank launchers mpirun started on this host (they forward it to their program)."""
+def signal_registered_ranks(run_dir: Path, signum: int = signal.SIGTERM) -> None:
+    """Signal the ranks started on this host: each rank launcher's process group, which holds its
+    program (mpirun makes every rank a group leader); a launcher that leads no group, and its program,
+    one by one. After SIGKILL the registration goes too."""
     registry = run_dir / "ranks"
     if not registry.is_dir():
         return
     for entry in registry.iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGTERM)
+        if not entry.name.isdigit():
+            continue
+        launcher = int(entry.name)
+        try:
+            if os.getpgid(launcher) == launcher:
+                os.killpg(launcher, signum)
+            else:
+                os.kill(launcher, signum)
+                with contextlib.suppress(OSError, ValueError):
+                    os.kill(int(entry.read_text().strip()), signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # gone already
+        if signum == signal.SIGKILL:
+            entry.unlink(missing_ok=True)

@@ -1,14 +1,17 @@
 """The Horovod/MPI engine: mpirun on the master host, sshd on the others.
 
 Master: coordinator up → every worker joined with its sshd host key and reported ready (our key is in
-its authorized_keys) → known_hosts written → mpirun → verdict broadcast. Worker: host key → sshd →
-join the master → authorize its key → ready → wait for the verdict, or fail when the master is gone.
+its authorized_keys) → known_hosts written → mpirun → every rank said it started (bounded by
+sagetrain_launch_wait_seconds) → mpirun ends → verdict reported here, then broadcast.
+Worker: host key → sshd → join the master → authorize its key → ready → wait for the verdict, or fail
+when the master is gone.
 """
 
 from __future__ import annotations
 
 import logging
 import shlex
+import signal
 
 from sagetrain.deadline import Deadline
 from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated
@@ -19,19 +22,24 @@ from sagetrain.launch.events import (
     MasterLost,
     ProcessExited,
     RankFailed,
+    RankStarted,
     VerdictReceived,
 )
 from sagetrain.launch.job import (
-    VERDICT_DELIVERY_SECONDS,
+    STOP_SECONDS,
+    FinalVerdict,
     JobSpec,
     coordinator_address,
+    deliver_verdict,
+    delivery_deadline,
     lost_host_behind,
-    stop_registered_ranks,
+    signal_registered_ranks,
+    stop_deadline,
     stopped_verdict,
     verdict_for_exit,
     wait_for_hosts,
 )
-from sagetrain.launch.process import ManagedProcess
+from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
 from sagetrain.launch.sshd import (
     SshFiles,
     generate_key,
@@ -39,27 +47,52 @@ from sagetrain.launch.sshd import (
     start_sshd,
     write_authorized_key,
 )
+from sagetrain.plan.model import Plan
 from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, mpirun_command
 from sagetrain.report.verdict import RankFailure, Verdict, root_failure
 
 log = logging.getLogger(__name__)
 
 SSHD_START_SECONDS = 60.0
-# How long a stopped job's ranks get to wind down (the managed trainer: finish the step, checkpoint)
-# before mpirun is stopped too. SageMaker local mode SIGKILLs a container 10 s after SIGTERM.
-RANKS_STOP_SECONDS = 6.0
-MPIRUN_STOP_SECONDS = 2.0
+# Parts of the stop path's one deadline (launch/job.py, STOP_SECONDS). The ranks wind down first (the
+# managed trainer finishes its step and checkpoints) while this much of it is kept for what follows:
+# stopping mpirun, the ranks' reports, the verdict's delivery. mpirun is stopped only after the ranks had
+# their time: on SIGTERM it SIGKILLs its ranks a second later, which would cut a checkpoint short.
+AFTER_RANKS_STOP_SECONDS = 2.5
+MPIRUN_STOP_SECONDS = 1.5
 
 
-def stop_job(spec: JobSpec, mpirun: ManagedProcess) -> None:
-    """On SIGTERM: signal this host's ranks through their launchers, which forward it and report how
-    their program ended; a rank that ends makes mpirun end the job on every host. mpirun is signalled
-    only if the job outlives RANKS_STOP_SECONDS: on SIGTERM it SIGKILLs its ranks a second later, which
-    would cut short a checkpoint and lose the ranks' reports."""
-    stop_registered_ranks(spec.run_dir)
-    if mpirun.wait(RANKS_STOP_SECONDS) is None:
-        log.warning("the ranks did not end within %g s of SIGTERM; stopping mpirun", RANKS_STOP_SECONDS)
-    mpirun.terminate_tree(grace=MPIRUN_STOP_SECONDS)
+def stop_job(spec: JobSpec, mpirun: ManagedProcess, stop: Deadline) -> None:
+    """On SIGTERM: signal this host's ranks (their launchers' process groups); a rank that ends makes
+    mpirun end the job on every host, and the launchers report how their program ended. mpirun is
+    signalled only if the job outlives the ranks' part of ``stop``; what is left of this host's ranks
+    then (mpirun may be killed before it killed them) is killed."""
+    signal_registered_ranks(spec.run_dir)
+    ranks = stop.part(STOP_SECONDS, "the ranks to end after SIGTERM", reserve=AFTER_RANKS_STOP_SECONDS)
+    if mpirun.wait(ranks.remaining()) is None:
+        log.warning("the ranks did not end within %.1f s of SIGTERM; stopping mpirun", ranks.seconds)
+    end_mpirun(spec, mpirun, stop.part(MPIRUN_STOP_SECONDS, "mpirun to stop").remaining())
+
+
+def end_mpirun(spec: JobSpec, mpirun: ManagedProcess, grace: float = TERMINATION_GRACE_SECONDS) -> None:
+    """Stop mpirun (it stops its ranks), then kill what is left of this host's ranks: mpirun may have
+    been killed before it killed them, and a rank launcher does not outlive its parent by itself."""
+    mpirun.terminate_tree(grace=grace)
+    signal_registered_ranks(spec.run_dir, signal.SIGKILL)
+
+
+def ranks_not_started(plan: Plan, started: set[int]) -> str:
+    """Which ranks have not said they started, per host ("algo-2: ranks 8-15"). Pure; mpirun fills the
+    hosts in order (``-map-by slot``)."""
+    missing = []
+    for index, host in enumerate(plan.hosts):
+        first = index * plan.processes_per_host
+        ranks = [r for r in range(first, first + plan.processes_on(host)) if r not in started]
+        if ranks:
+            span = str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
+            contiguous = ranks == list(range(ranks[0], ranks[-1] + 1))
+            missing.append(f"{host}: rank{'s' if len(ranks) > 1 else ''} {span if contiguous else ranks}")
+    return "; ".join(missing)
 
 
 def ssh_setup(spec: JobSpec) -> SshSetup | None:
@@ -83,7 +116,7 @@ def mpi_launch(spec: JobSpec, coordinator: str) -> tuple[list[str], dict[str, st
     return command, env
 
 
-def run_mpi_master(spec: JobSpec) -> Verdict:
+def run_mpi_master(spec: JobSpec, final: FinalVerdict) -> Verdict:
     plan = spec.plan
     events = EventQueue()
     files = SshFiles(spec.run_dir / "ssh")
@@ -100,6 +133,7 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
         server = CoordinatorServer(events, (), lambda hello: {}, bind_address="127.0.0.1", port=0)
     port = server.start()
     mpirun: ManagedProcess | None = None
+    stop: Deadline | None = None
     # Every rank's report is kept: when one rank fails, mpirun stops the others and Horovod makes them
     # fail too, and their reports can arrive first.
     failures: list[RankFailure] = []
@@ -121,52 +155,64 @@ def run_mpi_master(spec: JobSpec) -> Verdict:
         except FileNotFoundError:
             raise PlatformError("mpirun is not installed in this image") from None
         mpirun.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
-        while True:
-            event = events.get()
-            if isinstance(event, RankFailed):
-                failures.append(event.failure)
-            elif isinstance(event, ProcessExited):
-                root = root_failure(failures)
-                lost = None
-                if event.exit_code != 0 and plan.multi_host and (root is None or root.is_knock_on()):
-                    lost = lost_host_behind(events, failures)
-                    root = root_failure(failures)
-                if lost is not None:
-                    verdict = Verdict(
-                        ExitCode.PLATFORM_ERROR,
-                        f"lost host {lost.host} ({lost.reason}); mpirun ended with code {event.exit_code}",
-                    )
-                else:
-                    verdict = verdict_for_exit(spec, event.exit_code, root, what="mpirun")
-                break
-            elif isinstance(event, HostLost):
-                mpirun.terminate_tree()
-                verdict = Verdict(
-                    ExitCode.PLATFORM_ERROR, f"lost host {event.host} ({event.reason}); mpirun was stopped"
-                )
-                break
+        verdict = _watch_mpirun(spec, events, mpirun, failures)
     except Terminated as stopped:
+        stop = stop_deadline()
         if mpirun is not None:
-            stop_job(spec, mpirun)
-            verdict = stopped_verdict(stopped, events, failures)
+            stop_job(spec, mpirun, stop)
+            verdict = stopped_verdict(stopped, events, failures, stop)
         else:
             verdict = Verdict(stopped.exit_code, stopped.cause)
     except SagetrainError as error:
         verdict = Verdict(error.exit_code, error.cause)
     finally:
         if mpirun is not None and mpirun.poll() is None:
-            mpirun.terminate_tree()
-    server.broadcast(verdict)
-    still = server.wait_until_disconnected(
-        Deadline(VERDICT_DELIVERY_SECONDS, "workers to receive the verdict")
-    )
-    if still:
-        log.warning("hosts %s did not confirm the verdict", ", ".join(still))
-    server.close()
+            end_mpirun(spec, mpirun)
+    # Reported before the workers learn it: a worker exits on the verdict, and SageMaker then stops us.
+    verdict = final.settle(verdict)
+    deliver_verdict(server, verdict, delivery_deadline(stop))
     return verdict
 
 
-def run_mpi_worker(spec: JobSpec) -> Verdict:
+def _watch_mpirun(
+    spec: JobSpec, events: EventQueue, mpirun: ManagedProcess, failures: list[RankFailure]
+) -> Verdict:
+    """From mpirun's start to its end: every rank must say it started within the launch wait."""
+    plan = spec.plan
+    started: set[int] = set()
+    launch = spec.launch_wait(f"mpirun to start all {plan.total_processes} ranks")
+    while True:
+        event = events.get(launch if len(started) < plan.total_processes else None)
+        if event is None:
+            end_mpirun(spec, mpirun)
+            return Verdict(
+                ExitCode.PLATFORM_ERROR,
+                launch.timeout_message(f"not started: {ranks_not_started(plan, started)}"),
+            )
+        if isinstance(event, RankStarted):
+            started.add(event.rank)
+        elif isinstance(event, RankFailed):
+            failures.append(event.failure)
+        elif isinstance(event, ProcessExited):
+            root = root_failure(failures)
+            lost = None
+            if event.exit_code != 0 and plan.multi_host and (root is None or root.is_knock_on()):
+                lost = lost_host_behind(events, failures)
+                root = root_failure(failures)
+            if lost is not None:
+                return Verdict(
+                    ExitCode.PLATFORM_ERROR,
+                    f"lost host {lost.host} ({lost.reason}); mpirun ended with code {event.exit_code}",
+                )
+            return verdict_for_exit(spec, event.exit_code, root, what="mpirun")
+        elif isinstance(event, HostLost):
+            end_mpirun(spec, mpirun)
+            return Verdict(
+                ExitCode.PLATFORM_ERROR, f"lost host {event.host} ({event.reason}); mpirun was stopped"
+            )
+
+
+def run_mpi_worker(spec: JobSpec, final: FinalVerdict) -> Verdict:
     plan = spec.plan
     events = EventQueue()
     files = SshFiles(spec.run_dir / "ssh")
@@ -191,23 +237,28 @@ def run_mpi_worker(spec: JobSpec) -> Verdict:
         client.send({"type": "ready"})
         client.listen()
         log.info("joined master host %s; ranks will be started by its mpirun", plan.master)
-        while True:
-            event = events.get()
-            if isinstance(event, VerdictReceived):
-                return event.verdict
-            if isinstance(event, MasterLost):
-                return Verdict(
-                    ExitCode.PLATFORM_ERROR, f"lost contact with master host {plan.master} ({event.reason})"
-                )
-            if isinstance(event, ProcessExited):
-                return Verdict(
-                    ExitCode.PLATFORM_ERROR,
-                    f"sshd on host {plan.current_host} exited with code {event.exit_code} during the job",
-                )
+        # Settled as soon as known: stopping sshd and the ranks left here must not change it.
+        return final.settle(_await_verdict(plan, events))
     except SagetrainError as error:
-        return Verdict(error.exit_code, error.cause)
+        return final.settle(Verdict(error.exit_code, error.cause))
     finally:
-        stop_registered_ranks(spec.run_dir)
+        signal_registered_ranks(spec.run_dir)
         client.close()
         if sshd is not None:
             sshd.terminate_tree()
+
+
+def _await_verdict(plan: Plan, events: EventQueue) -> Verdict:
+    while True:
+        event = events.get()
+        if isinstance(event, VerdictReceived):
+            return event.verdict
+        if isinstance(event, MasterLost):
+            return Verdict(
+                ExitCode.PLATFORM_ERROR, f"lost contact with master host {plan.master} ({event.reason})"
+            )
+        if isinstance(event, ProcessExited):
+            return Verdict(
+                ExitCode.PLATFORM_ERROR,
+                f"sshd on host {plan.current_host} exited with code {event.exit_code} during the job",
+            )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fcntl
 import socket
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sagetrain.errors import PlatformError
 
@@ -36,11 +36,19 @@ def local_address_towards(host: str, port: int = 9) -> str | None:
 
 
 def choose_interface(
-    requested: str, addresses: Mapping[str, str], route_address: str | None, peer: str
+    requested: str,
+    addresses: Mapping[str, str],
+    route_towards: Callable[[str], str | None],
+    peer: str,
 ) -> tuple[str, str | None]:
-    """(interface, warning): the requested one if it exists, else the one that routes to ``peer``."""
+    """(interface, warning): the requested one if it exists, else the one that routes to ``peer``.
+
+    ``route_towards(peer)`` is asked only when the requested interface is missing: it resolves the peer's
+    name, which for a host that is not up yet can take the resolver's whole timeout (10 s on Docker's
+    internal DNS), time a job whose interface exists must not spend."""
     if requested in addresses:
         return requested, None
+    route_address = route_towards(peer)
     for name, address in addresses.items():
         if address == route_address and name != "lo":
             return (

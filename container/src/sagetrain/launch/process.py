@@ -1,7 +1,9 @@
 """One process abstraction: start / poll / wait(timeout) / terminate the whole tree with a grace period.
 
-Every child starts in its own session, so its process group holds everything it starts (mpirun's ranks,
-a shell's commands) and one killpg reaches the tree.
+A child starts in its own session by default, so its process group holds everything it starts (a
+shell's commands, the rank launcher's program) and one killpg reaches the tree. (mpirun puts each rank
+in a group of its own and signals those groups itself.) The rank launcher starts its program in its own
+group instead, so whatever signals the launcher's group, its program gets too.
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ TERMINATION_GRACE_SECONDS = 5.0  # SageMaker's local mode SIGKILLs 10 s after SI
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent_hook() -> Callable[[], None]:
-    """A preexec hook: the child gets SIGTERM when its parent dies; no orphan outlives a killed launcher."""
+def _die_with_parent_hook(signum: int) -> Callable[[], None]:
+    """A preexec hook: the child gets ``signum`` when its parent dies; no orphan outlives a killed
+    launcher."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before fork: the child only calls it
     parent = os.getpid()
 
     def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(_PR_SET_PDEATHSIG, signum)
         if os.getppid() != parent:  # the parent died before the hook ran
-            os._exit(128 + signal.SIGTERM)
+            os._exit(128 + signum)
 
     return hook
 
@@ -54,16 +57,20 @@ class ManagedProcess:
         cwd: Path | None = None,
         stdout: int | None = None,
         stderr: int | None = None,
+        new_session: bool = True,
+        parent_death_signal: int = signal.SIGTERM,
     ) -> ManagedProcess:
+        """Start ``argv``; in a session of its own unless ``new_session`` is false (then in ours: our
+        process group's signals reach it). It gets ``parent_death_signal`` when this process dies."""
         popen = subprocess.Popen(
             list(argv),
             env=dict(env) if env is not None else None,
             cwd=cwd,
             stdout=stdout,
             stderr=stderr,
-            start_new_session=True,
+            start_new_session=new_session,
             # The hook only calls prctl (no imports, no locks), so it is safe next to our threads.
-            preexec_fn=_die_with_parent_hook(),
+            preexec_fn=_die_with_parent_hook(parent_death_signal),
         )
         return cls(popen, name)
 
@@ -86,8 +93,14 @@ class ManagedProcess:
             return None
 
     def signal_tree(self, signum: int) -> None:
+        """Signal the process's group (the whole tree when it leads a session of its own)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
             os.killpg(self._popen.pid, signum)
+
+    def signal(self, signum: int) -> None:
+        """Signal the process alone."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            self._popen.send_signal(signum)
 
     def terminate_tree(self, grace: float = TERMINATION_GRACE_SECONDS) -> int:
         """SIGTERM the tree, SIGKILL whatever is left after ``grace`` seconds; the main process's code."""

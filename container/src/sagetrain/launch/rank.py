@@ -1,7 +1,9 @@
 """The rank launcher (``sagetrain-rank -- <argv…>``): runs one rank of the program on its own host.
 
-It gives the rank its own host's identity (mpirun copies the master's environment to every rank), the
-rank variables, an error file, forwards SIGTERM/SIGINT, keeps the last output lines, and when the
+It gives the rank its own host's identity and facts (mpirun copies the master's environment to every
+rank: SM_CURRENT_HOST, SM_RESOURCE_CONFIG, SM_NUM_GPUS... and SM_TRAINING_ENV would be the master's), the
+rank variables and an error file; it tells the master it started, runs the program in the launcher's
+own process group (a signal for the rank reaches both), keeps the last output lines, and when the
 program fails reports ``{rank, host, exit code, message, last lines}`` to the master's coordinator.
 See docs/contracts.md ("Launcher ↔ rank launcher").
 """
@@ -17,18 +19,20 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, MutableMapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from sagetrain.config.files import read_json_object
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.errors import SagetrainError
-from sagetrain.launch.coordinator import send_rank_failure
+from sagetrain.launch.coordinator import send_rank_failure, send_rank_started
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.report.verdict import RankFailure
 
 LAST_LINES = 20
 DEFAULT_RUN_DIR = "/run/sagetrain"
+HOST_FACTS_FILE = "host.json"
 
 
 def rank_variables(environ: Mapping[str, str]) -> dict[str, str]:
@@ -42,9 +46,85 @@ def rank_variables(environ: Mapping[str, str]) -> dict[str, str]:
     return {ours: environ.get(mpi) or environ.get(ours) or default for ours, (mpi, default) in pairs.items()}
 
 
-def own_host_variables(environ: Mapping[str, str], current_host: str) -> dict[str, str]:
-    """SM_CURRENT_HOST, CURRENT_HOST and SM_TRAINING_ENV's current_host/is_master for this host."""
-    updates = {"SM_CURRENT_HOST": current_host, "CURRENT_HOST": current_host}
+@dataclass(frozen=True)
+class HostFacts:
+    """What this host's entry detected, for the ranks mpirun starts here with the master's environment:
+    written to ``<SAGETRAIN_RUN_DIR>/host.json`` before the job starts (rank launchers run
+    nvidia-smi themselves only at a cost: a second or more each on some GPU hosts)."""
+
+    host: str
+    num_gpus: int
+    num_cpus: int
+
+    def write(self, run_dir: Path) -> Path:
+        path = run_dir / HOST_FACTS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(asdict(self)), encoding="utf-8")
+        temporary.replace(path)
+        return path
+
+    @classmethod
+    def read(cls, run_dir: Path, host: str) -> HostFacts | None:
+        """This host's facts; None when there are none, or they are another host's."""
+        try:
+            raw = json.loads((run_dir / HOST_FACTS_FILE).read_text(encoding="utf-8"))
+            facts = cls(str(raw["host"]), int(raw["num_gpus"]), int(raw["num_cpus"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        return facts if facts.host == host else None
+
+
+def sm_value(value: Any) -> str:
+    """A value as sagemaker_training's to_env_vars writes it."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def host_resource_config(resource_config: Mapping[str, Any], host: str) -> dict[str, Any]:
+    """resourceconfig.json as SageMaker writes it on ``host``, made from another host's: ``host`` is
+    current, with its instance group and type when the config lists groups. Pure (the dry run's view
+    of the other hosts)."""
+    own = {**resource_config, "current_host": host}
+    for group in resource_config.get("instance_groups") or []:
+        if isinstance(group, dict) and host in (group.get("hosts") or []):
+            own["current_group_name"] = group.get("instance_group_name")
+            own["current_instance_type"] = group.get("instance_type", "local")
+    return own
+
+
+def own_host_variables(
+    environ: Mapping[str, str],
+    current_host: str,
+    resource_config: Mapping[str, Any] | None = None,
+    facts: HostFacts | None = None,
+) -> dict[str, str]:
+    """The variables that describe the host a process runs on, for ``current_host``: SM_CURRENT_HOST,
+    CURRENT_HOST and, from that host's own ``resource_config`` (resourceconfig.json), SM_RESOURCE_CONFIG,
+    SM_CURRENT_INSTANCE_TYPE/GROUP/GROUP_HOSTS; from its ``facts``, SM_NUM_GPUS and SM_NUM_CPUS; the
+    same fields inside SM_TRAINING_ENV. Values as sagemaker_training formats them. Pure."""
+    fields: dict[str, Any] = {"current_host": current_host}
+    if resource_config is not None:
+        group = str(resource_config.get("current_group_name", "homogeneousCluster"))
+        group_hosts = next(
+            (
+                list(g.get("hosts") or [])
+                for g in resource_config.get("instance_groups") or []
+                if isinstance(g, dict) and g.get("instance_group_name") == group
+            ),
+            [],
+        )
+        fields.update(
+            resource_config=dict(resource_config),
+            current_instance_type=str(resource_config.get("current_instance_type", "local")),
+            current_instance_group=group,
+            current_instance_group_hosts=group_hosts,
+        )
+    if facts is not None:
+        fields.update(num_gpus=facts.num_gpus, num_cpus=facts.num_cpus)
+    updates = {f"SM_{name.upper()}": sm_value(value) for name, value in fields.items()}
+    updates["CURRENT_HOST"] = current_host
     raw = environ.get("SM_TRAINING_ENV")
     if raw:
         try:
@@ -52,10 +132,10 @@ def own_host_variables(environ: Mapping[str, str], current_host: str) -> dict[st
         except ValueError:
             training_env = None
         if isinstance(training_env, dict):
-            training_env["current_host"] = current_host
+            training_env.update(fields)
             if "master_hostname" in training_env:
                 training_env["is_master"] = training_env["master_hostname"] == current_host
-            updates["SM_TRAINING_ENV"] = json.dumps(training_env, sort_keys=True, separators=(",", ":"))
+            updates["SM_TRAINING_ENV"] = sm_value(training_env)
     return updates
 
 
@@ -89,39 +169,54 @@ def run_rank(argv: list[str], environ: MutableMapping[str, str]) -> int:
     if not argv:
         print("usage: sagetrain-rank -- PROGRAM [ARG...]", file=sys.stderr)
         return 2
+    run_dir = Path(environ.get("SAGETRAIN_RUN_DIR", DEFAULT_RUN_DIR))
     try:
-        paths = Paths(root_from_environ(environ))
-        current_host = str(read_json_object(paths.resource_config).get("current_host") or "")
+        resource_config: dict[str, Any] | None = read_json_object(
+            Paths(root_from_environ(environ)).resource_config
+        )
     except SagetrainError:
-        current_host = ""
+        resource_config = None
+    current_host = str((resource_config or {}).get("current_host") or "")
     current_host = current_host or environ.get("SM_CURRENT_HOST", "")
     env = dict(environ)
-    env.update(own_host_variables(environ, current_host))
+    env.update(
+        own_host_variables(
+            environ,
+            current_host,
+            resource_config if current_host else None,
+            HostFacts.read(run_dir, current_host),
+        )
+    )
     env.update(rank_variables(environ))
     rank = int(env["SAGETRAIN_RANK"])
-    run_dir = Path(environ.get("SAGETRAIN_RUN_DIR", DEFAULT_RUN_DIR))
     error_file = run_dir / "errors" / f"rank-{rank}.json"
     error_file.parent.mkdir(parents=True, exist_ok=True)
     error_file.unlink(missing_ok=True)
     env["SAGETRAIN_ERROR_FILE"] = str(error_file)
 
-    # Handlers go in before the program starts: a SIGTERM between its start and their installation would
-    # kill this launcher by default and leave the program (in its own session) running.
+    address = coordinator_address(environ.get("SAGETRAIN_COORDINATOR", ""), current_host)
+    if address is not None:  # the master bounds mpirun's start by these (launch/mpi.py)
+        send_rank_started(*address, rank, current_host or "unknown")
+
+    # The program runs in this launcher's process group, so a signal for the rank (OpenMPI and the entry
+    # signal the rank launcher's group) reaches the program and whatever it started, SIGKILL included:
+    # nothing is passed on, or the program would get it twice. Only a signal that came before the program
+    # existed is passed on. Handlers go in first: SIGTERM's default would kill this launcher alone.
     received: list[int] = []
-    started: list[ManagedProcess] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        received.append(signum)
-        for process in started:
-            process.signal_tree(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    program = ManagedProcess.start(argv, name="rank", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    started.append(program)
-    for signum in received:  # arrived while the program was starting
-        program.signal_tree(signum)
-    # Registered so a worker host's agent can stop the ranks sshd/orted started on it.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: received.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    program = ManagedProcess.start(
+        argv,
+        name="rank",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        new_session=False,
+        parent_death_signal=signal.SIGKILL,  # the program never outlives its launcher
+    )
+    for signum in list(received):  # arrived while the program was starting
+        program.signal(signum)
+    # Registered so the entry on this host can stop the ranks (sshd/orted started them on a worker).
     registry = run_dir / "ranks" / str(os.getpid())
     registry.parent.mkdir(parents=True, exist_ok=True)
     registry.write_text(str(program.pid))
@@ -156,7 +251,6 @@ def run_rank(argv: list[str], environ: MutableMapping[str, str]) -> int:
             traceback=str(error.get("traceback", "")),
             last_lines=last_lines,
         )
-        address = coordinator_address(environ.get("SAGETRAIN_COORDINATOR", ""), current_host)
         if address is not None:
             send_rank_failure(*address, failure)
     return code

@@ -5,7 +5,15 @@ from __future__ import annotations
 from sagetrain.errors import SagetrainError, Terminated
 from sagetrain.launch.coordinator import CoordinatorServer
 from sagetrain.launch.events import EventQueue, ProcessExited, RankFailed
-from sagetrain.launch.job import JobSpec, start_program, stopped_verdict, verdict_for_exit
+from sagetrain.launch.job import (
+    FinalVerdict,
+    JobSpec,
+    start_program,
+    stop_deadline,
+    stop_grace,
+    stopped_verdict,
+    verdict_for_exit,
+)
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.report.verdict import RankFailure, Verdict
 
@@ -22,7 +30,7 @@ def single_env(spec: JobSpec, coordinator_port: int) -> dict[str, str]:
     }
 
 
-def run_single(spec: JobSpec) -> Verdict:
+def run_single(spec: JobSpec, final: FinalVerdict) -> Verdict:
     events = EventQueue()
     # Only for the rank launcher's failure report: loopback, any free port.
     server = CoordinatorServer(events, (), lambda hello: {}, bind_address="127.0.0.1", port=0)
@@ -36,13 +44,15 @@ def run_single(spec: JobSpec) -> Verdict:
             if isinstance(event, RankFailed):
                 failures.append(event.failure)
             elif isinstance(event, ProcessExited):
-                return verdict_for_exit(spec, event.exit_code, failures[0] if failures else None)
+                root = failures[0] if failures else None
+                return final.settle(verdict_for_exit(spec, event.exit_code, root))
     except Terminated as stopped:
+        stop = stop_deadline()
         if program is not None:
-            program.terminate_tree()
-        return stopped_verdict(stopped, events, failures)
+            program.terminate_tree(grace=stop_grace(stop))
+        return final.settle(stopped_verdict(stopped, events, failures, stop))
     except SagetrainError as error:
-        return Verdict(error.exit_code, error.cause)
+        return final.settle(Verdict(error.exit_code, error.cause))
     finally:
         if program is not None and program.poll() is None:
             program.terminate_tree()

@@ -9,7 +9,6 @@ server tasks and programs still running are then stopped, so the job never hangs
 from __future__ import annotations
 
 import json
-import logging
 import signal
 from collections.abc import Sequence
 
@@ -26,11 +25,15 @@ from sagetrain.launch.events import (
     VerdictReceived,
 )
 from sagetrain.launch.job import (
-    VERDICT_DELIVERY_SECONDS,
+    FinalVerdict,
     JobFailedEarly,
     JobSpec,
     coordinator_address,
+    deliver_verdict,
+    delivery_deadline,
     start_program,
+    stop_deadline,
+    stop_grace,
     stopped_verdict,
     verdict_for_exit,
     wait_for_hosts,
@@ -39,8 +42,6 @@ from sagetrain.launch.process import ManagedProcess
 from sagetrain.plan.model import Engine, Plan, Role
 from sagetrain.plan.tf_config import TaskType, tf_config
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict, root_failure
-
-log = logging.getLogger(__name__)
 
 PS_SERVER_MODULE = "sagetrain.launch.ps_server"
 
@@ -80,13 +81,14 @@ def parameter_server_env(spec: JobSpec, host: str) -> dict[str, str]:
     return {**spec.env, "TF_CONFIG": json.dumps(tf_config(spec.plan, host, TaskType.PS))}
 
 
-def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
+def run_tf_distribute(spec: JobSpec, python: str, final: FinalVerdict) -> Verdict:
     plan = spec.plan
     events = EventQueue()
     is_master = plan.role is Role.MASTER
     server: CoordinatorServer | None = None
     client: CoordinatorClient | None = None
     processes: list[ManagedProcess] = []
+    stop: Deadline | None = None
     try:
         if is_master:
             bind = ("0.0.0.0", plan.coordinator_port) if plan.multi_host else ("127.0.0.1", 0)
@@ -126,16 +128,19 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
             processes.append(ps)
         processes.append(start_program(spec, program_env(spec, coordinator, plan.current_host), events))
         verdict = _master_loop(spec, events) if is_master else _worker_loop(spec, events, client)
+        # Settled before the processes still running are stopped: that must not change it.
+        verdict = final.settle(verdict)
     except JobFailedEarly as failed:
         verdict = failed.verdict
     except Terminated as stopped:
+        stop = stop_deadline()
         # All at once: the program must not outlive its parameter server by a whole grace period.
         for process in processes:
             process.signal_tree(signal.SIGTERM)
         for process in processes:
-            process.terminate_tree()
+            process.terminate_tree(grace=stop_grace(stop))
         if is_master and processes:  # every host's program reports to the master's coordinator
-            verdict = stopped_verdict(stopped, events, [])
+            verdict = stopped_verdict(stopped, events, [], stop)
         else:
             verdict = Verdict(stopped.exit_code, stopped.cause)
     except SagetrainError as error:
@@ -146,14 +151,11 @@ def run_tf_distribute(spec: JobSpec, python: str) -> Verdict:
                 process.terminate_tree()
         if client is not None:
             client.close()
+    # A master reports before the workers learn the verdict: a worker exits on it, and SageMaker then
+    # stops the other containers.
+    verdict = final.settle(verdict)
     if server is not None:
-        server.broadcast(verdict)
-        still = server.wait_until_disconnected(
-            Deadline(VERDICT_DELIVERY_SECONDS, "workers to receive the verdict")
-        )
-        if still:
-            log.warning("hosts %s did not confirm the verdict", ", ".join(still))
-        server.close()
+        deliver_verdict(server, verdict, delivery_deadline(stop))
     return verdict
 
 

@@ -44,6 +44,7 @@ class Plan:
     coordinator_port: int
     ssh_port: int
     worker_wait_seconds: float
+    launch_wait_seconds: float
     tf_config_port: int
     ps_port: int
     custom_mpi_options: tuple[str, ...] = ()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-
 from sagetrain.config.hyperparameters import JobSettings
 from sagetrain.config.resources import ResourceConfig
 from sagetrain.errors import UserError
@@ -65,9 +63,10 @@ def make_plan(
         coordinator_port=settings.coordinator_port,
         ssh_port=settings.ssh_port,
         worker_wait_seconds=settings.worker_wait_seconds,
+        launch_wait_seconds=settings.launch_wait_seconds,
         tf_config_port=settings.tf_config_port,
         ps_port=settings.ps_port,
-        custom_mpi_options=tuple(shlex.split(settings.custom_mpi_options)),
+        custom_mpi_options=settings.custom_mpi_options,
     )
     current = resources.current_host
     if current not in hosts:

@@ -135,10 +135,18 @@ def open_channel(spec: ChannelSpec, ranks: RankInfo, root: Path, *, reader_needs
     reject_pipe_mode(spec, root)
     if not spec.directory.is_dir():
         raise UserError(f"channel {spec.name!r}: its folder {spec.directory} does not exist.")
-    paths = list_data_files(spec.directory)
-    if not paths:
+    listed = list_data_files(spec.directory)
+    if not listed:
         raise UserError(
             f"channel {spec.name!r} has no files in {spec.directory}; add data or remove the channel."
+        )
+    # An empty file holds no record in any format (and Spark's _SUCCESS markers are empty): skipped, so
+    # it neither fails a reader nor counts as a file when dealing files out.
+    paths = [path for path in listed if path.stat().st_size > 0]
+    if not paths:
+        raise UserError(
+            f"channel {spec.name!r} has no records: its {len(listed)} file(s) in {spec.directory} are "
+            f"empty; add data or remove the channel."
         )
     data_format = format_of(spec.name, paths, spec.content_type)
     if reader_needs_format and data_format is DataFormat.OTHER:

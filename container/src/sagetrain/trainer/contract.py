@@ -43,11 +43,17 @@ def keras_api(environ: Mapping[str, str]) -> types.ModuleType:
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+# TensorFlow op errors wrap their message: "{{function_node …}} message\n\t [[{{node …}}]] [Op:…] name: ".
+_TF_DECORATION = re.compile(
+    r"\{\{function_node [^}]*\}\}\s*"  # the function that ran the op
+    r"|\s*\[\[\{\{node [^}]*\}\}\]\]"  # the node
+    r"|\s*\[Op:[^\]]*\](\s*name:.*)?"  # the op type and name
+)
 
 
 def describe_exception(error: BaseException) -> str:
     """``Type: message`` on one line; Keras colours its messages for terminals, files get plain text."""
-    text = _ANSI_ESCAPE.sub("", str(error))
+    text = _TF_DECORATION.sub("", _ANSI_ESCAPE.sub("", str(error)))
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return type(error).__name__

@@ -36,5 +36,7 @@ def print_line(line: str) -> None:
 def write_metrics(path: Path, metrics: Mapping[str, float]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.partial")
-    temporary.write_text(json.dumps(dict(metrics), indent=2, sort_keys=True) + "\n")
+    # JSON has no NaN or infinity: a diverged metric is written as null.
+    values = {name: value if math.isfinite(value) else None for name, value in metrics.items()}
+    temporary.write_text(json.dumps(values, indent=2, sort_keys=True, allow_nan=False) + "\n")
     temporary.replace(path)

@@ -1,5 +1,5 @@
-"""The training loop: a traced step with explicit gradient averaging, equal steps on every rank, metric
-averaging, the SIGTERM agreement, checkpoints, evaluation.
+"""The training loop: a traced step with explicit gradient averaging (weighted by each rank's batch
+length), equal steps on every rank, metric averaging, the SIGTERM agreement, checkpoints, evaluation.
 
 Why not ``model.fit``: with Keras 3, Horovod's DistributedOptimizer under ``fit`` does not average
 gradients and ``fit`` under MultiWorkerMirroredStrategy fails (DESIGN.md); an explicit step is correct
@@ -59,7 +59,9 @@ def make_train_step(prepared: Prepared, engine: Engine) -> Callable[[Any, tf.Ten
         gradients = tape.gradient(scaled, trainable)
         # Variables the loss does not reach have no gradient on any rank (same graph everywhere).
         connected = [index for index, gradient in enumerate(gradients) if gradient is not None]
-        averaged = engine.average_gradients([tf.convert_to_tensor(gradients[index]) for index in connected])
+        averaged = engine.average_gradients(
+            [tf.convert_to_tensor(gradients[index]) for index in connected], _batch_length(x)
+        )
         optimizer.apply_gradients(zip(averaged, [trainable[index] for index in connected], strict=True))
         loss_tracker.update_state(loss, sample_weight=_batch_length(x))
         model.compute_metrics(x, y, y_pred, None)

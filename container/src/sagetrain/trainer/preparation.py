@@ -25,7 +25,7 @@ from sagetrain.trainer.contract import (
 )
 from sagetrain.trainer.hyperparameters import TrainerSettings
 from sagetrain.trainer.jobenv import JobEnvironment
-from sagetrain.trainer.readers import RankRecords, rank_records
+from sagetrain.trainer.readers import RankRecords, rank_records, read_error
 
 TRAIN, VALIDATION, TEST = "train", "validation", "test"
 
@@ -52,11 +52,21 @@ def _records(
     return rank_records(channel, module, job.hyperparameters, settings.label_column)
 
 
+def _first_batch(records: RankRecords, batch_size: int) -> Any:
+    """The channel's first batch on this rank (None without records): reading it here turns the reader's
+    errors about the data (a parse_record that does not match the records, say) into one sentence before
+    the first collective."""
+    try:
+        return next(iter(records.dataset.batch(batch_size).take(1)), None)
+    except tf.errors.OpError as error:
+        raise read_error(records.channel, records.reader, error) from error
+
+
 def _build_state(prepared_model: Any, records: RankRecords, module: ModelModule, batch_size: int) -> None:
     """Create every variable (layers, compiled loss and metrics, optimizer slots) eagerly, as Keras' own
     fit does before tracing: variables cannot be created inside the traced step."""
     model = prepared_model
-    sample = next(iter(records.dataset.batch(batch_size).take(1)), None)
+    sample = _first_batch(records, batch_size)
     if sample is None:
         raise UserError(f"channel {records.channel.name!r} yielded no record on this rank.")
     x, y = sample
@@ -102,6 +112,9 @@ def prepare(job: JobEnvironment, settings: TrainerSettings, module_path: Path, b
     test = _records(job, module, settings, TEST)
     if train.count > 0:
         _build_state(model, train, module, batch_size)
+    for evaluation in (validation, test):
+        if evaluation is not None:
+            _first_batch(evaluation, batch_size)
     return Prepared(
         module=module,
         keras=keras,

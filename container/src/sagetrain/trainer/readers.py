@@ -19,17 +19,36 @@ import tensorflow as tf
 
 from sagetrain.errors import UserError
 from sagetrain.trainer.channels import Channel, DataFormat, npy_labels_path
-from sagetrain.trainer.contract import ModelModule, call_user
+from sagetrain.trainer.contract import ModelModule, call_user, describe_exception
 from sagetrain.trainer.sharding import ShardLevel
 
 
 @dataclass(frozen=True)
+class Reader:
+    """What turns a channel's files into records, for error messages: ``name`` (e.g. "parse_record in
+    model.py") and ``hint``, what to check when it fails on the data."""
+
+    name: str
+    hint: str
+
+
+@dataclass(frozen=True)
 class RankRecords:
-    """This rank's records of one channel: an unbatched dataset and how many records it yields."""
+    """This rank's records of one channel: an unbatched dataset, how many records it yields, and the
+    reader that produces them."""
 
     channel: Channel
     dataset: tf.data.Dataset
     count: int
+    reader: Reader
+
+
+def read_error(channel: Channel, reader: Reader, error: tf.errors.OpError) -> UserError:
+    """TensorFlow's error about a channel's data (found while iterating it) as one user-error sentence."""
+    return UserError(
+        f"channel {channel.name!r}: {reader.name} cannot read its records: "
+        f"{describe_exception(error).rstrip('.')}; {reader.hint}."
+    )
 
 
 def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,15 +108,23 @@ def _csv_records(channel: Channel, label_column: str) -> tf.data.Dataset:
     return columns.map(to_pair, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def _count(dataset: tf.data.Dataset) -> int:
+def _count(dataset: tf.data.Dataset, channel: Channel, reader: Reader) -> int:
     known = int(dataset.cardinality())
     if known >= 0:
         return known
+    if known == tf.data.INFINITE_CARDINALITY:
+        raise UserError(
+            f"{reader.name} returned an infinite dataset for channel {channel.name!r} (does it end with "
+            f".repeat()?); return every record once: the trainer runs the epochs itself."
+        )
 
     def add_one(count: tf.Tensor, _record: object) -> tf.Tensor:
         return count + 1
 
-    return int(dataset.reduce(np.int64(0), add_one))
+    try:
+        return int(dataset.reduce(np.int64(0), add_one))
+    except tf.errors.OpError as error:
+        raise read_error(channel, reader, error) from error
 
 
 def _keep_record_shard(dataset: tf.data.Dataset, channel: Channel) -> tf.data.Dataset:
@@ -127,15 +154,21 @@ def rank_records(
             module, "input_fn", module.input_fn, channel, hp, about=f"channel {channel.name!r}"
         )
         where = f"input_fn in {module.path.name} (channel {channel.name!r})"
+        reader = Reader(f"input_fn in {module.path.name}", "fix input_fn or the files it reads")
         dataset = _keep_record_shard(_check_pairs(returned, where), channel)
-        return RankRecords(channel, dataset, _count(dataset))
+        return RankRecords(channel, dataset, _count(dataset, channel, reader), reader)
     if channel.data_format in (DataFormat.NPZ, DataFormat.NPY):
         dataset, _ = _numpy_records(channel)
+        reader = Reader(f"the .{channel.data_format.value} reader", "check the arrays x and y")
         dataset = _keep_record_shard(dataset, channel)
-        return RankRecords(channel, dataset, _count(dataset))
+        return RankRecords(channel, dataset, _count(dataset, channel, reader), reader)
     if channel.data_format is DataFormat.CSV:
+        reader = Reader(
+            "the CSV reader",
+            "every value (the label too) must be a number; read other data with input_fn(channel, hp)",
+        )
         dataset = _keep_record_shard(_csv_records(channel, label_column), channel)
-        return RankRecords(channel, dataset, _count(dataset))
+        return RankRecords(channel, dataset, _count(dataset, channel, reader), reader)
     if channel.data_format is DataFormat.TFRECORD:
         if module.parse_record is None:
             raise UserError(
@@ -143,13 +176,18 @@ def rank_records(
                 f"{module.path.name} (returning (features, label)) or input_fn(channel, hp)."
             )
         raw = _keep_record_shard(tf.data.TFRecordDataset(list(channel.files)), channel)
-        count = _count(raw)
+        tfrecord_reader = Reader("the TFRecord reader", "check that the files are complete TFRecord files")
+        count = _count(raw, channel, tfrecord_reader)
         parse = _traced_parser(module, hp, channel.name)
         dataset = _check_pairs(
             raw.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True),
             f"parse_record in {module.path.name} (channel {channel.name!r})",
         )
-        return RankRecords(channel, dataset, count)
+        reader = Reader(
+            f"parse_record in {module.path.name}",
+            "make its feature names, types and shapes match the records",
+        )
+        return RankRecords(channel, dataset, count, reader)
     raise UserError(f"channel {channel.name!r}: no reader for its files; define input_fn(channel, hp).")
 
 
@@ -177,43 +215,18 @@ def epoch_batches(
     shuffle_buffer: int,
     skip_steps: int = 0,
 ) -> tf.data.Dataset:
-    """One epoch of this rank's records as ``len(sizes)`` batches of exactly ``sizes``, in one pass.
-
-    Usually the last batch is not larger than the others and plain ``batch`` does it. When it is (this
-    rank folds surplus records into its last step), records are numbered as they come (after a seeded
-    shuffle); record ``i`` goes to batch ``min(i // sizes[0], last)``, and each batch is emitted when
-    its planned size is reached.
-    """
+    """One epoch of this rank's records as ``len(sizes)`` batches of exactly ``sizes``, in one pass
+    (after a seeded shuffle): ``rebatch`` with a list of sizes cuts batches of those sizes in turn."""
     dataset = records.dataset
     if seed is not None and shuffle_buffer > 0:
         dataset = dataset.shuffle(
             min(shuffle_buffer, records.count), seed=seed, reshuffle_each_iteration=False
         )
     dataset = dataset.take(int(sum(sizes)))
-    if sizes[-1] <= sizes[0]:
-        return dataset.batch(sizes[0]).skip(skip_steps).prefetch(tf.data.AUTOTUNE)
-    batch_size, last = np.int64(sizes[0]), np.int64(len(sizes) - 1)
-    last_size, widest = np.int64(sizes[-1]), int(max(sizes))
-
-    def with_batch_number(index: tf.Tensor, record: object) -> tuple[tf.Tensor, object]:
-        return tf.minimum(index // batch_size, last), record
-
-    def batch_number(key: tf.Tensor, _record: object) -> tf.Tensor:
-        return key
-
-    def planned_size(key: tf.Tensor) -> tf.Tensor:
-        return tf.where(key == last, last_size, batch_size)
-
-    def drop_number(_key: tf.Tensor, record: object) -> object:
-        return record
-
-    def one_batch(_key: tf.Tensor, window: tf.data.Dataset) -> tf.data.Dataset:
-        return window.map(drop_number).batch(widest)
-
-    keyed = dataset.enumerate().map(with_batch_number)
-    batches = keyed.group_by_window(
-        key_func=batch_number, reduce_func=one_batch, window_size_func=planned_size
-    )
+    if len(set(sizes)) == 1:
+        batches = dataset.batch(sizes[0])
+    else:
+        batches = dataset.batch(max(sizes)).rebatch(list(sizes))
     return batches.skip(skip_steps).prefetch(tf.data.AUTOTUNE)
 
 

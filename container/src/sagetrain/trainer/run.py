@@ -38,9 +38,14 @@ from sagetrain.trainer.loop import (
     set_learning_rate,
     values_of,
 )
-from sagetrain.trainer.preparation import TRAIN, Prepared, prepare
+from sagetrain.trainer.preparation import TEST, TRAIN, VALIDATION, Prepared, prepare
 from sagetrain.trainer.readers import epoch_batches, epoch_seed
-from sagetrain.trainer.sharding import batch_sizes, check_records_per_rank, steps_per_epoch
+from sagetrain.trainer.sharding import (
+    batch_sizes,
+    check_has_records,
+    check_records_per_rank,
+    steps_per_epoch,
+)
 from sagetrain.trainer.signals import StopRequest
 from sagetrain.trainer.tensorboard import EpochScalars
 
@@ -326,9 +331,9 @@ def run(module_path: Path, environ: Mapping[str, str], stop: StopRequest) -> Non
         counts = {
             name: records.count
             for name, records in (
-                ("train", prepared.train),
-                ("validation", prepared.validation),
-                ("test", prepared.test),
+                (TRAIN, prepared.train),
+                (VALIDATION, prepared.validation),
+                (TEST, prepared.test),
             )
             if records is not None
         }
@@ -336,6 +341,9 @@ def run(module_path: Path, environ: Mapping[str, str], stop: StopRequest) -> Non
     if setup is None:
         raise PlatformError("preparation failed without a reported cause.")
     check_records_per_rank(TRAIN, [outcome["counts"][TRAIN] for outcome in gathered])
+    for name in (VALIDATION, TEST):
+        if name in counts:
+            check_has_records(name, [outcome["counts"][name] for outcome in gathered])
     try:
         metrics = _train(job, settings, engine, setup, gathered, stop, report)
         _finish(job, settings, engine, setup.prepared, metrics, report)

@@ -1,15 +1,17 @@
 """Sharding arithmetic: which rank reads what, and how many steps an epoch has. Pure; tested with literals.
 
 The rule (DESIGN.md, "Sharding rule"): every record of a channel is consumed by exactly one rank per
-epoch. With at least as many files as shard members, whole files are dealt out, balanced by size;
-otherwise every member reads all files and keeps every ``count``-th record starting at its index.
+epoch. With at least as many files as shard members, whole files are dealt out, balanced by size, as long
+as the deal is even: the lightest member's bytes are at least ``FILE_BALANCE_MIN_RATIO`` (80%) of the
+heaviest member's. Otherwise (fewer files than members, or an uneven deal) every member reads all files and
+keeps every ``count``-th record starting at its index.
 
 Equal steps on every rank: a synchronous step is a collective, so a rank with one batch more than the
 others would wait forever. The trainer therefore runs ``steps = ceil(min(records per rank) / batch)``
-steps on every rank, each of ``batch`` records except the last, which takes all the records the rank
-has left. No record is dropped or repeated, no batch is empty; a rank whose shard is larger than the
-smallest one folds its surplus into its last step (at most one record with record-level sharding).
-Gradients are averaged per step across ranks, whatever each rank's batch size was.
+steps on every rank and spreads each rank's records evenly over them (batch sizes within a rank differ by
+at most one). No record is dropped or repeated, no batch is empty, and a rank with a larger shard has
+slightly larger batches rather than one huge last batch. Gradients are averaged per step weighted by each
+rank's batch length, so every record weighs the same whatever batch it landed in.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from sagetrain.errors import UserError
+
+# File-level sharding only when the lightest member gets at least this share of the heaviest member's bytes.
+FILE_BALANCE_MIN_RATIO = 0.8
 
 
 class ShardLevel(Enum):
@@ -63,13 +68,22 @@ def balance_files(files: Sequence[DataFile], members: int) -> tuple[tuple[DataFi
     return tuple(tuple(sorted(members_files, key=lambda item: item.path)) for members_files in bins)
 
 
+def is_balanced(bins: Sequence[Sequence[DataFile]]) -> bool:
+    """Every bin holds bytes, and the lightest at least ``FILE_BALANCE_MIN_RATIO`` of the heaviest."""
+    totals = [sum(item.size for item in group) for group in bins]
+    return min(totals) > 0 and min(totals) >= FILE_BALANCE_MIN_RATIO * max(totals)
+
+
 def plan_shard(files: Sequence[DataFile], index: int, count: int) -> ShardPlan:
-    """This member's share of a channel's files, for member ``index`` of ``count``."""
+    """This member's share of a channel's files, for member ``index`` of ``count``: whole files when they
+    deal out evenly (see ``is_balanced``), every ``count``-th record of all files otherwise."""
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is outside 0..{count - 1}")
     ordered = tuple(sorted(files, key=lambda item: item.path))
     if len(ordered) >= count:
-        return ShardPlan(ShardLevel.FILE, balance_files(ordered, count)[index], 0, 1)
+        bins = balance_files(ordered, count)
+        if is_balanced(bins):
+            return ShardPlan(ShardLevel.FILE, bins[index], 0, 1)
     return ShardPlan(ShardLevel.RECORD, ordered, index, count)
 
 
@@ -94,28 +108,35 @@ def steps_per_epoch(records_per_rank: Sequence[int], batch_size: int, cap: int |
 
 
 def batch_sizes(records: int, steps: int, batch_size: int, *, take_all: bool = True) -> tuple[int, ...]:
-    """The size of each of one rank's ``steps`` batches: full batches, then one last batch.
+    """The size of each of one rank's ``steps`` batches.
 
-    ``take_all`` (no ``steps_per_epoch`` cap): the last batch takes every record left, so the batches
-    cover exactly ``records``. Otherwise the last batch is at most ``batch_size`` and the records past it
-    are not seen this epoch.
+    ``take_all`` (no ``steps_per_epoch`` cap): all ``records`` spread evenly over the steps, the larger
+    batches first (sizes differ by at most one, as ``numpy.array_split`` does). Otherwise ``steps`` full
+    batches of ``batch_size``; the records past them are not seen this epoch.
     """
     if steps < 1 or records < steps:
         raise ValueError(f"cannot split {records} records into {steps} non-empty batches")
-    left = records - (steps - 1) * batch_size
-    if left < 1:
-        raise ValueError(f"{records} records do not fill {steps - 1} batches of {batch_size}")
-    return (batch_size,) * (steps - 1) + (left if take_all else min(left, batch_size),)
+    if not take_all:
+        if records < steps * batch_size:
+            raise ValueError(f"{records} records do not fill {steps} batches of {batch_size}")
+        return (batch_size,) * steps
+    smaller, larger_count = divmod(records, steps)
+    return (smaller + 1,) * larger_count + (smaller,) * (steps - larger_count)
 
 
 def check_records_per_rank(channel: str, records_per_rank: Sequence[int]) -> None:
-    """Fail alike on every rank when any rank would get no record of ``channel``."""
+    """Fail alike on every rank when any rank would get no record of ``channel`` (training needs all)."""
+    check_has_records(channel, records_per_rank)
     total = sum(records_per_rank)
-    if total == 0:
-        raise UserError(f"channel {channel!r} has no records; put data files in it or remove the channel.")
     empty = [rank for rank, records in enumerate(records_per_rank) if records == 0]
     if empty:
         raise UserError(
             f"channel {channel!r} has {total} records, too few for {len(records_per_rank)} ranks (rank "
             f"{empty[0]} would get none); add records or run fewer ranks."
         )
+
+
+def check_has_records(channel: str, records_per_rank: Sequence[int]) -> None:
+    """An evaluation channel needs a record on some rank (ranks without records skip evaluating)."""
+    if sum(records_per_rank) == 0:
+        raise UserError(f"channel {channel!r} has no records; put data files in it or remove the channel.")

@@ -187,6 +187,33 @@ def record_learning_rate_callbacks(hvd, writer: ScopedWriter) -> None:
         writer.arrays(f"lr/weights_epoch{epoch}", weights)
 
 
+def record_mixed_precision_overflow(hvd, writer: ScopedWriter) -> None:
+    """mixed_float16: compile wraps the Horovod optimizer in a LossScaleOptimizer. The last rank's first
+    batch overflows float16, so only its gradients are not finite; every rank must skip that step alike
+    (and halve the loss scale) instead of the last rank missing the allreduce the others enter."""
+    rank, size = hvd.rank(), hvd.size()
+    # Small values: with the initial loss scale of 2**15 nothing else overflows float16.
+    rng = np.random.default_rng(4000 + rank)
+    features = rng.normal(size=(STEPS * BATCH, 4)).astype(np.float32)
+    labels = (0.1 * rng.normal(size=(STEPS * BATCH, 1))).astype(np.float32)
+    if rank == size - 1:
+        features[0, 0] = 1e6  # above float16's maximum (65504)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        distributed = model(SAME_INIT_SEED)
+        writer.arrays("mixed/initial", distributed.weights)
+        distributed.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse")
+        distributed.fit(features, labels, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    optimizer = distributed.optimizer
+    writer.arrays("mixed/weights", distributed.weights)
+    writer.record["mixed_optimizer"] = type(optimizer).__name__
+    # Keras 3 names the current scale dynamic_scale, tf-keras loss_scale.
+    scale = optimizer.dynamic_scale if hasattr(optimizer, "dynamic_scale") else optimizer.loss_scale
+    writer.record["mixed_loss_scale"] = float(to_numpy(scale))
+
+
 def main() -> None:
     # Both front ends in one process: one TF start-up per rank instead of two.
     import horovod.keras as hvd_keras
@@ -201,6 +228,7 @@ def main() -> None:
         record_learning_rate_callbacks(hvd, scoped)
     # horovod.keras.DistributedOptimizer has no backward_passes_per_step parameter.
     record_backward_passes(hvd_tf_keras, writer.scoped(hvd_tf_keras.__name__))
+    record_mixed_precision_overflow(hvd_tf_keras, writer.scoped(hvd_tf_keras.__name__))
     writer.close()
 
 

@@ -5,6 +5,9 @@ the step's ids to ``<ids_dir>/ids-rank-<rank>.txt`` (one line per step), so the 
 records each rank trained on. With ``sigterm_at_step`` it sends SIGTERM to its own process during that
 step (counted per process, on rank ``sigterm_rank``) — a deterministic stand-in for a spot interruption;
 ``kill_at_step`` sends SIGKILL instead (a host that dies: no checkpoint of its own, no goodbye).
+With ``init_seed`` the Dense kernels are initialised from that seed, plus the rank with
+``init_seed_by_rank`` (so only the trainer's broadcast makes the ranks start alike); the initial weights
+are then saved to ``<ids_dir>/init-rank-<rank>.npz``.
 """
 
 import os
@@ -49,8 +52,18 @@ class RecordIds(keras.layers.Layer):
         }
 
 
+def kernel_initializers(hp, rank):
+    seed = hp.get("init_seed")
+    if seed is None:
+        return "glorot_uniform", "glorot_uniform"
+    seed += 10 * rank if hp.get("init_seed_by_rank", False) else 0
+    return keras.initializers.GlorotUniform(seed), keras.initializers.GlorotUniform(seed + 1)
+
+
 def build_model(hp):
     features = hp.get("features", 3)
+    rank = int(os.environ.get("SAGETRAIN_RANK", "0"))
+    hidden_init, output_init = kernel_initializers(hp, rank)
     inputs = keras.Input((features + 1,))
     hidden = RecordIds(
         hp.get("ids_dir", ""),
@@ -58,9 +71,11 @@ def build_model(hp):
         hp.get("sigterm_rank", 0),
         hp.get("kill_at_step", 0),
     )(inputs)
-    hidden = keras.layers.Dense(8, activation="tanh")(hidden)
-    outputs = keras.layers.Dense(1)(hidden)
+    hidden = keras.layers.Dense(8, activation="tanh", kernel_initializer=hidden_init)(hidden)
+    outputs = keras.layers.Dense(1, kernel_initializer=output_init)(hidden)
     model = keras.Model(inputs, outputs)
+    if hp.get("init_seed") is not None and hp.get("ids_dir"):
+        np.savez(Path(hp["ids_dir"]) / f"init-rank-{rank}.npz", *model.get_weights())
     if hp.get("compile_in_module", True):
         model.compile(
             optimizer=keras.optimizers.Adam(hp.get("learning_rate", 0.01)), loss="mse", metrics=["mae"]
