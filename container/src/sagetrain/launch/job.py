@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sagetrain.deadline import Deadline
-from sagetrain.errors import PlatformError, SagetrainError, Terminated, UserError
+from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated, UserError
 from sagetrain.launch.coordinator import CoordinatorServer
 from sagetrain.launch.events import (
     Event,
@@ -21,8 +21,10 @@ from sagetrain.launch.events import (
     HostOutcome,
     HostReady,
     HostRejected,
+    MasterLost,
     ProcessExited,
     RankFailed,
+    VerdictReceived,
 )
 from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
 from sagetrain.plan.model import Plan
@@ -110,6 +112,17 @@ def delivery_deadline(stop: Deadline | None) -> Deadline:
     if stop is None:
         return Deadline(VERDICT_DELIVERY_SECONDS, activity)
     return stop.part(VERDICT_DELIVERY_SECONDS, activity)
+
+
+def verdict_from_master(event: Event, plan: Plan) -> Verdict | None:
+    """For a worker: the verdict the master sent, a failure when the master is gone, else None."""
+    if isinstance(event, VerdictReceived):
+        return event.verdict
+    if isinstance(event, MasterLost):
+        return Verdict(
+            ExitCode.PLATFORM_ERROR, f"lost contact with master host {plan.master} ({event.reason})"
+        )
+    return None
 
 
 def coordinator_address(plan: Plan, port: int) -> str:

@@ -19,11 +19,9 @@ from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer
 from sagetrain.launch.events import (
     EventQueue,
     HostLost,
-    MasterLost,
     ProcessExited,
     RankFailed,
     RankStarted,
-    VerdictReceived,
 )
 from sagetrain.launch.job import (
     STOP_SECONDS,
@@ -37,6 +35,7 @@ from sagetrain.launch.job import (
     stop_deadline,
     stopped_verdict,
     verdict_for_exit,
+    verdict_from_master,
     wait_for_hosts,
 )
 from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
@@ -251,12 +250,9 @@ def run_mpi_worker(spec: JobSpec, final: FinalVerdict) -> Verdict:
 def _await_verdict(plan: Plan, events: EventQueue) -> Verdict:
     while True:
         event = events.get()
-        if isinstance(event, VerdictReceived):
-            return event.verdict
-        if isinstance(event, MasterLost):
-            return Verdict(
-                ExitCode.PLATFORM_ERROR, f"lost contact with master host {plan.master} ({event.reason})"
-            )
+        verdict = verdict_from_master(event, plan)
+        if verdict is not None:
+            return verdict
         if isinstance(event, ProcessExited):
             return Verdict(
                 ExitCode.PLATFORM_ERROR,

@@ -19,10 +19,8 @@ from sagetrain.launch.events import (
     EventQueue,
     HostLost,
     HostOutcome,
-    MasterLost,
     ProcessExited,
     RankFailed,
-    VerdictReceived,
 )
 from sagetrain.launch.job import (
     FinalVerdict,
@@ -36,6 +34,7 @@ from sagetrain.launch.job import (
     stop_grace,
     stopped_verdict,
     verdict_for_exit,
+    verdict_from_master,
     wait_for_hosts,
 )
 from sagetrain.launch.process import ManagedProcess
@@ -189,12 +188,9 @@ def _worker_loop(spec: JobSpec, events: EventQueue, client: CoordinatorClient | 
     plan = spec.plan
     while True:
         event = events.get()
-        if isinstance(event, VerdictReceived):
-            return event.verdict
-        if isinstance(event, MasterLost):
-            return Verdict(
-                ExitCode.PLATFORM_ERROR, f"lost contact with master host {plan.master} ({event.reason})"
-            )
+        verdict = verdict_from_master(event, plan)
+        if verdict is not None:
+            return verdict
         if isinstance(event, ProcessExited):
             what = f"the parameter server task on host {plan.current_host}" if event.name == "ps" else None
             outcome = verdict_for_exit(spec, event.exit_code or (1 if what else 0), None, what=what)
