@@ -1,8 +1,7 @@
-"""Pure parts of scripts/local-cluster: SageMaker file contents, flag parsing, docker argument lists,
-tree writing and the job verdict. The docker-driving parts are tested in tests/container."""
+"""Pure parts of scripts/local-cluster (the package scripts/localcluster/, on sys.path through
+tests/unit/conftest.py): SageMaker file contents, flag parsing, docker argument lists, tree writing and
+the job verdict. The docker-driving parts are tested in tests/container."""
 
-import importlib.machinery
-import importlib.util
 import itertools
 import json
 import os
@@ -10,25 +9,45 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from localcluster.cli import EPILOG, main
+from localcluster.docker import DockerCli, container_create_args, network_create_args, parse_docker_time
+from localcluster.run import SignalGate, job_verdict
+from localcluster.sagemaker_files import (
+    encode_hyperparameters,
+    input_data_config,
+    job_hyperparameters,
+    resource_config,
+    shard_files,
+    validate_tree_inputs,
+    write_trees,
+)
+from localcluster.spec import (
+    Channel,
+    ContainerLimits,
+    DockerError,
+    InstanceGroup,
+    Interrupted,
+    RunSpec,
+    S3Distribution,
+    TreeSpec,
+    UsageError,
+    host_names,
+    hosts_in_workdir,
+    parse_channels,
+    parse_hp_json,
+    parse_hp_pairs,
+    parse_hp_value,
+    parse_instance_groups,
+    parse_start_delays,
+)
 
 RUNNER_PATH = Path(__file__).resolve().parents[2] / "scripts" / "local-cluster"
-
-
-def load_runner():
-    loader = importlib.machinery.SourceFileLoader("local_cluster", str(RUNNER_PATH))
-    spec = importlib.util.spec_from_loader("local_cluster", loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["local_cluster"] = module  # dataclasses resolve annotations through sys.modules
-    loader.exec_module(module)
-    return module
-
-
-lc = load_runner()
 
 
 def tree_spec(**overrides):
@@ -39,7 +58,7 @@ def tree_spec(**overrides):
         "job_name": "job-1",
     }
     values.update(overrides)
-    return lc.TreeSpec(**values)
+    return TreeSpec(**values)
 
 
 # -- hyperparameters ---------------------------------------------------------------------------------
@@ -61,11 +80,11 @@ def tree_spec(**overrides):
     ],
 )
 def test_hp_value_is_json_when_it_parses_else_a_string(text, value):
-    assert lc.parse_hp_value(text) == value
+    assert parse_hp_value(text) == value
 
 
 def test_hp_pairs_split_at_the_first_equals_sign():
-    assert lc.parse_hp_pairs(["epochs=3", "expr=a=b", "name=adam"]) == {
+    assert parse_hp_pairs(["epochs=3", "expr=a=b", "name=adam"]) == {
         "epochs": 3,
         "expr": "a=b",
         "name": "adam",
@@ -74,36 +93,36 @@ def test_hp_pairs_split_at_the_first_equals_sign():
 
 @pytest.mark.parametrize("bad", ["epochs", "=3"])
 def test_hp_pair_without_key_or_equals_is_a_usage_error(bad):
-    with pytest.raises(lc.UsageError, match="KEY=VALUE"):
-        lc.parse_hp_pairs([bad])
+    with pytest.raises(UsageError, match="KEY=VALUE"):
+        parse_hp_pairs([bad])
 
 
 def test_every_hyperparameter_is_written_as_a_json_encoded_string():
-    encoded = lc.encode_hyperparameters({"epochs": 3, "lr": 0.1, "flag": True, "name": "adam", "l": [1]})
+    encoded = encode_hyperparameters({"epochs": 3, "lr": 0.1, "flag": True, "name": "adam", "l": [1]})
     assert encoded == {"epochs": "3", "lr": "0.1", "flag": "true", "name": '"adam"', "l": "[1]"}
     assert all(isinstance(value, str) for value in encoded.values())
 
 
 def test_hp_json_inline_and_from_file(tmp_path):
-    assert lc.parse_hp_json('{"epochs": 2}') == {"epochs": 2}
+    assert parse_hp_json('{"epochs": 2}') == {"epochs": 2}
     path = tmp_path / "hps.json"
     path.write_text('{"batch_size": 64, "optimizer": "sgd"}')
-    assert lc.parse_hp_json(str(path)) == {"batch_size": 64, "optimizer": "sgd"}
+    assert parse_hp_json(str(path)) == {"batch_size": 64, "optimizer": "sgd"}
 
 
 def test_hp_json_garbled_or_not_an_object_names_the_flag(tmp_path):
-    with pytest.raises(lc.UsageError, match="--hp-json is not valid JSON"):
-        lc.parse_hp_json("{epochs: 2}")
-    with pytest.raises(lc.UsageError, match="must be a JSON object"):
-        lc.parse_hp_json("[1, 2]")
+    with pytest.raises(UsageError, match="--hp-json is not valid JSON"):
+        parse_hp_json("{epochs: 2}")
+    with pytest.raises(UsageError, match="must be a JSON object"):
+        parse_hp_json("[1, 2]")
     path = tmp_path / "bad.json"
     path.write_text("{")
-    with pytest.raises(lc.UsageError, match=f"--hp-json file {path}"):
-        lc.parse_hp_json(str(path))
+    with pytest.raises(UsageError, match=f"--hp-json file {path}"):
+        parse_hp_json(str(path))
 
 
 def test_job_hyperparameters_carry_the_sdk_keys_and_user_values_win():
-    values = lc.job_hyperparameters(tree_spec(hyperparameters={"epochs": 2, "sagemaker_region": "eu-west-1"}))
+    values = job_hyperparameters(tree_spec(hyperparameters={"epochs": 2, "sagemaker_region": "eu-west-1"}))
     assert values == {
         "sagemaker_submit_directory": "/opt/ml/code",
         "sagemaker_container_log_level": 20,
@@ -115,8 +134,8 @@ def test_job_hyperparameters_carry_the_sdk_keys_and_user_values_win():
 
 
 def test_distribution_instance_groups_become_a_json_list_hyperparameter():
-    values = lc.job_hyperparameters(tree_spec(distribution_instance_groups=("gpus",)))
-    assert lc.encode_hyperparameters(values)["sagemaker_distribution_instance_groups"] == '["gpus"]'
+    values = job_hyperparameters(tree_spec(distribution_instance_groups=("gpus",)))
+    assert encode_hyperparameters(values)["sagemaker_distribution_instance_groups"] == '["gpus"]'
 
 
 # -- resource and channel configs ----------------------------------------------------------------------
@@ -124,7 +143,7 @@ def test_distribution_instance_groups_become_a_json_list_hyperparameter():
 
 def test_resource_config_per_host_names_that_host_and_the_whole_cluster():
     spec = tree_spec(hosts=("algo-1", "algo-2", "algo-3"))
-    config = lc.resource_config("algo-2", spec)
+    config = resource_config("algo-2", spec)
     assert config == {
         "current_host": "algo-2",
         "current_instance_type": "local",
@@ -143,12 +162,12 @@ def test_resource_config_per_host_names_that_host_and_the_whole_cluster():
 
 def test_heterogeneous_groups_hand_out_hosts_in_order():
     hosts = ("algo-1", "algo-2", "algo-3")
-    groups = lc.parse_instance_groups(["trainers=2", "data=1"], hosts)
+    groups = parse_instance_groups(["trainers=2", "data=1"], hosts)
     assert groups == (
-        lc.InstanceGroup("trainers", ("algo-1", "algo-2")),
-        lc.InstanceGroup("data", ("algo-3",)),
+        InstanceGroup("trainers", ("algo-1", "algo-2")),
+        InstanceGroup("data", ("algo-3",)),
     )
-    config = lc.resource_config("algo-3", tree_spec(hosts=hosts, instance_groups=groups))
+    config = resource_config("algo-3", tree_spec(hosts=hosts, instance_groups=groups))
     assert config["current_group_name"] == "data"
     assert [group["hosts"] for group in config["instance_groups"]] == [["algo-1", "algo-2"], ["algo-3"]]
 
@@ -163,15 +182,13 @@ def test_heterogeneous_groups_hand_out_hosts_in_order():
     ],
 )
 def test_instance_group_mistakes_are_usage_errors(texts, message):
-    with pytest.raises(lc.UsageError, match=message):
-        lc.parse_instance_groups(texts, ("algo-1", "algo-2"))
+    with pytest.raises(UsageError, match=message):
+        parse_instance_groups(texts, ("algo-1", "algo-2"))
 
 
 def test_input_data_config_has_the_platform_fields():
-    channels = lc.parse_channels(
-        ["train=/data/train", "eval=/data/eval"], ["train=application/x-npy"], ["eval"]
-    )
-    assert lc.input_data_config(channels) == {
+    channels = parse_channels(["train=/data/train", "eval=/data/eval"], ["train=application/x-npy"], ["eval"])
+    assert input_data_config(channels) == {
         "train": {
             "TrainingInputMode": "File",
             "S3DistributionType": "FullyReplicated",
@@ -197,13 +214,13 @@ def test_input_data_config_has_the_platform_fields():
     ],
 )
 def test_channel_flag_mistakes_are_usage_errors(channels, types, sharded, message):
-    with pytest.raises(lc.UsageError, match=message):
-        lc.parse_channels(channels, types, sharded)
+    with pytest.raises(UsageError, match=message):
+        parse_channels(channels, types, sharded)
 
 
 def test_sharded_by_s3_key_gives_every_file_to_exactly_one_host():
     files = [f"part-{index}.npz" for index in range(7)]
-    shards = lc.shard_files(files, ["algo-1", "algo-2", "algo-3"])
+    shards = shard_files(files, ["algo-1", "algo-2", "algo-3"])
     assert sorted(name for names in shards.values() for name in names) == sorted(files)
     assert [len(names) for names in shards.values()] == [3, 2, 2]
 
@@ -212,30 +229,30 @@ def test_sharded_by_s3_key_gives_every_file_to_exactly_one_host():
 
 
 def test_host_names_are_sagemakers():
-    assert lc.host_names(3) == ("algo-1", "algo-2", "algo-3")
-    with pytest.raises(lc.UsageError):
-        lc.host_names(0)
+    assert host_names(3) == ("algo-1", "algo-2", "algo-3")
+    with pytest.raises(UsageError):
+        host_names(0)
 
 
 def test_start_delays_must_name_a_host_and_a_number():
     hosts = ("algo-1", "algo-2")
-    assert lc.parse_start_delays(["algo-2=60"], hosts) == {"algo-2": 60.0}
-    with pytest.raises(lc.UsageError, match="algo-3"):
-        lc.parse_start_delays(["algo-3=1"], hosts)
-    with pytest.raises(lc.UsageError, match="number"):
-        lc.parse_start_delays(["algo-2=soon"], hosts)
+    assert parse_start_delays(["algo-2=60"], hosts) == {"algo-2": 60.0}
+    with pytest.raises(UsageError, match="algo-3"):
+        parse_start_delays(["algo-3=1"], hosts)
+    with pytest.raises(UsageError, match="number"):
+        parse_start_delays(["algo-2=soon"], hosts)
 
 
 def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
-    spec = lc.RunSpec(
+    spec = RunSpec(
         image="img:cpu",
         hosts=("algo-1", "algo-2"),
         job_name="job-7",
-        limits=lc.ContainerLimits(gpus="all", cpus="1.5", memory="4g", shm_size="2g"),
+        limits=ContainerLimits(gpus="all", cpus="1.5", memory="4g", shm_size="2g"),
         env=(("A", "1"),),
         checkpoints=tmp_path / "ckpt",
     )
-    args = lc.container_create_args(spec, "algo-2", tmp_path / "algo-2")
+    args = container_create_args(spec, "algo-2", tmp_path / "algo-2")
     assert args[0] == "create"
     assert args[-2:] == ["img:cpu", "train"]
     pairs = list(itertools.pairwise(args))
@@ -255,18 +272,18 @@ def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
         assert pair in pairs
     # SageMaker local mode leaves the container id as hostname; --hostname-mode host names it algo-i.
     assert "--hostname" not in args
-    named = lc.container_create_args(replace(spec, hostname_is_host=True), "algo-2", tmp_path / "algo-2")
+    named = container_create_args(replace(spec, hostname_is_host=True), "algo-2", tmp_path / "algo-2")
     assert ("--hostname", "algo-2") in list(itertools.pairwise(named))
 
 
 def test_container_args_without_limits_pass_no_limit_flags(tmp_path):
-    spec = lc.RunSpec(image="img", hosts=("algo-1",), job_name="j", limits=lc.ContainerLimits(shm_size=None))
-    args = lc.container_create_args(spec, "algo-1", tmp_path)
+    spec = RunSpec(image="img", hosts=("algo-1",), job_name="j", limits=ContainerLimits(shm_size=None))
+    args = container_create_args(spec, "algo-1", tmp_path)
     assert not {"--gpus", "--cpus", "--memory", "--shm-size", "--env"} & set(args)
 
 
 def test_network_is_internal_and_labelled():
-    assert lc.network_create_args("job-7") == [
+    assert network_create_args("job-7") == [
         "network",
         "create",
         "--internal",
@@ -277,23 +294,23 @@ def test_network_is_internal_and_labelled():
 
 
 def test_verdict_is_the_first_exit_whatever_the_others_say():
-    assert lc.job_verdict([("algo-2", 3), ("algo-1", 0)]) == ("algo-2", 3)
-    assert lc.job_verdict([("algo-1", 0), ("algo-2", 137)]) == ("algo-1", 0)
+    assert job_verdict([("algo-2", 3), ("algo-1", 0)]) == ("algo-2", 3)
+    assert job_verdict([("algo-1", 0), ("algo-2", 137)]) == ("algo-1", 0)
     with pytest.raises(ValueError):
-        lc.job_verdict([])
+        job_verdict([])
 
 
 def test_docker_times_with_nanoseconds_parse():
-    assert lc.parse_docker_time("2024-05-01T10:00:00.123456789Z") == pytest.approx(1714557600.123456)
-    assert lc.parse_docker_time("2024-05-01T12:00:00+02:00") == pytest.approx(1714557600.0)
-    assert lc.parse_docker_time("0001-01-01T00:00:00Z") is None
-    assert lc.parse_docker_time("garbage") is None
+    assert parse_docker_time("2024-05-01T10:00:00.123456789Z") == pytest.approx(1714557600.123456)
+    assert parse_docker_time("2024-05-01T12:00:00+02:00") == pytest.approx(1714557600.0)
+    assert parse_docker_time("0001-01-01T00:00:00Z") is None
+    assert parse_docker_time("garbage") is None
 
 
 def test_hosts_in_workdir_sorts_numerically_and_ignores_other_folders():
-    assert lc.hosts_in_workdir(["algo-10", "algo-2", "algo-1", "logs"]) == ("algo-1", "algo-2", "algo-10")
-    with pytest.raises(lc.UsageError):
-        lc.hosts_in_workdir(["logs"])
+    assert hosts_in_workdir(["algo-10", "algo-2", "algo-1", "logs"]) == ("algo-1", "algo-2", "algo-10")
+    with pytest.raises(UsageError):
+        hosts_in_workdir(["logs"])
 
 
 # -- writing the trees --------------------------------------------------------------------------------------
@@ -314,13 +331,13 @@ def test_trees_hold_sagemaker_files_code_and_channel_data(tmp_path):
         code_dir=code,
         hyperparameters={"epochs": 2, "optimizer": "adam"},
         channels=(
-            lc.Channel("train", data, "text/csv"),
-            lc.Channel("shards", data, distribution=lc.S3Distribution.SHARDED_BY_S3_KEY),
-            lc.Channel("labels", single_file),
+            Channel("train", data, "text/csv"),
+            Channel("shards", data, distribution=S3Distribution.SHARDED_BY_S3_KEY),
+            Channel("labels", single_file),
         ),
     )
-    lc.validate_tree_inputs(spec)
-    trees = lc.write_trees(tmp_path / "work", spec)
+    validate_tree_inputs(spec)
+    trees = write_trees(tmp_path / "work", spec)
 
     assert set(trees) == {"algo-1", "algo-2"}
     seen_shards = []
@@ -348,12 +365,12 @@ def test_trees_hold_sagemaker_files_code_and_channel_data(tmp_path):
 
 
 def test_missing_inputs_are_named_before_anything_runs(tmp_path):
-    with pytest.raises(lc.UsageError, match=r"--code .* is not a directory"):
-        lc.validate_tree_inputs(tree_spec(code_dir=tmp_path / "nope"))
-    with pytest.raises(lc.UsageError, match=r"--program train\.py is not in --code"):
-        lc.validate_tree_inputs(tree_spec(code_dir=tmp_path))
-    with pytest.raises(lc.UsageError, match="--channel train="):
-        lc.validate_tree_inputs(tree_spec(channels=(lc.Channel("train", tmp_path / "absent"),)))
+    with pytest.raises(UsageError, match=r"--code .* is not a directory"):
+        validate_tree_inputs(tree_spec(code_dir=tmp_path / "nope"))
+    with pytest.raises(UsageError, match=r"--program train\.py is not in --code"):
+        validate_tree_inputs(tree_spec(code_dir=tmp_path))
+    with pytest.raises(UsageError, match="--channel train="):
+        validate_tree_inputs(tree_spec(channels=(Channel("train", tmp_path / "absent"),)))
 
 
 def test_write_only_then_from_workdir_reads_the_hosts_back(tmp_path, capsys):
@@ -361,32 +378,32 @@ def test_write_only_then_from_workdir_reads_the_hosts_back(tmp_path, capsys):
     code.mkdir()
     (code / "train.py").write_text("")
     workdir = tmp_path / "work"
-    status = lc.main(
+    status = main(
         ["--image", "img", "--hosts", "3", "--code", str(code), "--program", "train.py",
          "--hp", "epochs=1", "--workdir", str(workdir), "--write-only"]
     )  # fmt: skip
     assert status == 0
-    assert lc.hosts_in_workdir(path.name for path in workdir.iterdir()) == ("algo-1", "algo-2", "algo-3")
+    assert hosts_in_workdir(path.name for path in workdir.iterdir()) == ("algo-1", "algo-2", "algo-3")
 
 
 def test_usage_errors_exit_2_with_one_line(tmp_path, capsys):
-    status = lc.main(["--image", "img", "--hosts", "2", "--hp", "epochs", "--write-only", "--workdir", "w"])
+    status = main(["--image", "img", "--hosts", "2", "--hp", "epochs", "--write-only", "--workdir", "w"])
     assert status == 2
     assert capsys.readouterr().err.strip() == "local-cluster: --hp expects KEY=VALUE, got 'epochs'."
 
 
 def test_examples_in_help_name_folders_that_exist():
     repo = RUNNER_PATH.parents[1]
-    paths = re.findall(r"--code (\S+)|--channel \w+=(\S+)", lc.EPILOG)
+    paths = re.findall(r"--code (\S+)|--channel \w+=(\S+)", EPILOG)
     named = [path for pair in paths for path in pair if path.startswith("examples/")]
-    assert named, lc.EPILOG
+    assert named, EPILOG
     for path in named:
         assert (repo / path).exists(), f"--help names {path}, which is not in the repository"
 
 
 def test_containers_are_created_without_pulling(tmp_path):
-    spec = lc.RunSpec(image="img", hosts=("algo-1",), job_name="j")
-    assert ("--pull", "never") in list(itertools.pairwise(lc.container_create_args(spec, "algo-1", tmp_path)))
+    spec = RunSpec(image="img", hosts=("algo-1",), job_name="j")
+    assert ("--pull", "never") in list(itertools.pairwise(container_create_args(spec, "algo-1", tmp_path)))
 
 
 # -- every path out: nothing written before the flags are checked, trees removed unless kept -------------
@@ -397,7 +414,7 @@ def temp_root(tmp_path, monkeypatch):
     """Where mkdtemp puts the host trees during the test (the runner uses the tempfile module)."""
     root = tmp_path / "tmp"
     root.mkdir()
-    monkeypatch.setattr(lc.tempfile, "tempdir", str(root))
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
     return root
 
 
@@ -420,14 +437,14 @@ def test_a_run_flag_mistake_is_reported_before_any_tree_is_written(
     tmp_path, temp_root, capsys, extra, message
 ):
     # The docker CLI named here does not exist: the flags must be rejected before docker is asked.
-    status = lc.main(job_flags(tmp_path, "--docker", str(tmp_path / "no-docker"), *extra))
+    status = main(job_flags(tmp_path, "--docker", str(tmp_path / "no-docker"), *extra))
     assert status == 2
     assert message in capsys.readouterr().err
     assert list(temp_root.iterdir()) == []
 
 
 def test_a_missing_docker_cli_is_one_sentence_and_nothing_is_written(tmp_path, temp_root, capsys):
-    status = lc.main(job_flags(tmp_path, "--docker", str(tmp_path / "no-docker")))
+    status = main(job_flags(tmp_path, "--docker", str(tmp_path / "no-docker")))
     assert status == 125
     err = capsys.readouterr().err.strip()
     assert err == (
@@ -440,7 +457,7 @@ def test_a_missing_docker_cli_is_one_sentence_and_nothing_is_written(tmp_path, t
 def test_a_workdir_that_is_not_empty_is_refused(tmp_path, capsys):
     workdir = tmp_path / "work"
     (workdir / "algo-1").mkdir(parents=True)
-    status = lc.main(job_flags(tmp_path, "--workdir", str(workdir), "--write-only"))
+    status = main(job_flags(tmp_path, "--workdir", str(workdir), "--write-only"))
     assert status == 2
     assert f"--workdir {workdir} is not empty" in capsys.readouterr().err
     assert [path.name for path in workdir.iterdir()] == ["algo-1"]
@@ -448,18 +465,18 @@ def test_a_workdir_that_is_not_empty_is_refused(tmp_path, capsys):
 
 def test_a_docker_call_that_does_not_answer_in_time_is_a_docker_error():
     # `sleep` stands in for a docker CLI that hangs: `sleep 30` with a 0.2 s limit.
-    with pytest.raises(lc.DockerError, match=r"`docker 30` did not finish within 0\.2 s; check that"):
-        lc.DockerCli("sleep").run(["30"], timeout=0.2)
+    with pytest.raises(DockerError, match=r"`docker 30` did not finish within 0\.2 s; check that"):
+        DockerCli("sleep").run(["30"], timeout=0.2)
 
 
 def test_a_signal_outside_raising_is_recorded_and_raised_on_entry_once():
-    with lc.SignalGate() as gate:
+    with SignalGate() as gate:
         os.kill(os.getpid(), signal.SIGTERM)  # not raising: recorded only
         assert gate.received == [signal.SIGTERM]
-        with pytest.raises(lc.Interrupted), gate.raising():
+        with pytest.raises(Interrupted), gate.raising():
             pass
         gate.received.clear()
-        with pytest.raises(lc.Interrupted), gate.raising():
+        with pytest.raises(Interrupted), gate.raising():
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(1000):  # the handler runs between bytecodes, at the latest here
                 pass

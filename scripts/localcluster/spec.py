@@ -1,0 +1,242 @@
+"""What a job is: the errors and their exit codes, the enums, the frozen specs and results, and the pure
+parsing of hosts, hyperparameters, channels, instance groups and start delays from flag values."""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_GROUP = "homogeneousCluster"
+EXIT_USAGE = 2
+EXIT_TIMEOUT = 124
+EXIT_DOCKER = 125
+HOST_DIR_PATTERN = re.compile(r"^algo-(\d+)$")
+
+
+class UsageError(Exception):
+    """A flag or file given to this tool is wrong; the message says which and what to do."""
+
+
+class DockerError(Exception):
+    """The docker CLI refused a command; the message quotes it."""
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class S3Distribution(enum.Enum):
+    FULLY_REPLICATED = "FullyReplicated"
+    SHARDED_BY_S3_KEY = "ShardedByS3Key"
+
+
+class HostState(enum.Enum):
+    """created → (started → exited) | never_started. A host whose start was still pending when the job
+    ended is never started."""
+
+    CREATED = "created"
+    STARTED = "started"
+    EXITED = "exited"
+    NEVER_STARTED = "never_started"
+
+
+@dataclass(frozen=True)
+class Channel:
+    name: str
+    source: Path
+    content_type: str | None = None
+    distribution: S3Distribution = S3Distribution.FULLY_REPLICATED
+    input_mode: str = "File"
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    name: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    gpus: str | None = None
+    cpus: str | None = None
+    memory: str | None = None
+    shm_size: str | None = "1g"
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    """What goes into every host's /opt/ml tree."""
+
+    hosts: tuple[str, ...]
+    code_dir: Path | None
+    program: str | None
+    channels: tuple[Channel, ...] = ()
+    hyperparameters: Mapping[str, object] = field(default_factory=dict)
+    instance_groups: tuple[InstanceGroup, ...] = ()
+    distribution_instance_groups: tuple[str, ...] = ()
+    network_interface: str = "eth0"
+    job_name: str = "local-cluster"
+    region: str = "us-east-1"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """How the containers are run."""
+
+    image: str
+    hosts: tuple[str, ...]
+    job_name: str
+    limits: ContainerLimits = ContainerLimits()
+    env: tuple[tuple[str, str], ...] = ()
+    start_delays: Mapping[str, float] = field(default_factory=dict)
+    checkpoints: Path | None = None
+    timeout_seconds: float | None = None
+    grace_seconds: float = 0.0
+    docker: str = "docker"
+    hostname_is_host: bool = False  # else the container id, as in SageMaker local mode
+
+
+@dataclass
+class HostStatus:
+    host: str
+    container: str
+    state: HostState = HostState.CREATED
+    exit_code: int | None = None
+    started_at: float | None = None  # wall clock, from the docker engine when known
+    exited_at: float | None = None  # wall clock, from the docker engine when known
+    stopped_by_runner: bool = False
+
+
+@dataclass(frozen=True)
+class JobResult:
+    verdict: int
+    first_host: str | None
+    reason: str
+    hosts: tuple[HostStatus, ...]
+
+
+def host_names(count: int) -> tuple[str, ...]:
+    if count < 1:
+        raise UsageError(f"--hosts must be at least 1, got {count}.")
+    return tuple(f"algo-{index}" for index in range(1, count + 1))
+
+
+def split_assignment(text: str, flag: str) -> tuple[str, str]:
+    key, separator, value = text.partition("=")
+    if not separator or not key:
+        raise UsageError(f"{flag} expects KEY=VALUE, got {text!r}.")
+    return key, value
+
+
+def parse_hp_value(text: str) -> object:
+    """`epochs=3` means the number 3 and `name=adam` the string "adam", as a user typing it means it:
+    a value that parses as JSON is that JSON value, anything else is a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_hp_pairs(pairs: Iterable[str]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for pair in pairs:
+        key, value = split_assignment(pair, "--hp")
+        result[key] = parse_hp_value(value)
+    return result
+
+
+def parse_hp_json(text: str, read_file: Callable[[Path], str] = lambda path: path.read_text()) -> dict:
+    """--hp-json takes a file path or inline JSON; either must hold one JSON object."""
+    candidate = Path(text)
+    source = "--hp-json"
+    if not text.lstrip().startswith("{") and candidate.is_file():
+        source = f"--hp-json file {text}"
+        text = read_file(candidate)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{source} is not valid JSON ({error.msg} at line {error.lineno}).") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{source} must be a JSON object of hyperparameters, got {type(value).__name__}.")
+    return value
+
+
+def parse_instance_groups(texts: Sequence[str], hosts: tuple[str, ...]) -> tuple[InstanceGroup, ...]:
+    """`NAME=COUNT` flags hand out hosts in order; their counts must add up to --hosts."""
+    if not texts:
+        return (InstanceGroup(DEFAULT_GROUP, hosts),)
+    groups: list[InstanceGroup] = []
+    next_host = 0
+    for text in texts:
+        name, count_text = split_assignment(text, "--instance-group")
+        if not count_text.isdigit() or int(count_text) < 1:
+            raise UsageError(f"--instance-group {text!r}: the count must be a positive integer.")
+        count = int(count_text)
+        groups.append(InstanceGroup(name, hosts[next_host : next_host + count]))
+        next_host += count
+    if next_host != len(hosts):
+        raise UsageError(f"--instance-group counts add up to {next_host}, but --hosts is {len(hosts)}.")
+    if len({group.name for group in groups}) != len(groups):
+        raise UsageError("--instance-group names must be unique.")
+    return tuple(groups)
+
+
+def group_of(host: str, groups: Sequence[InstanceGroup]) -> InstanceGroup:
+    for group in groups:
+        if host in group.hosts:
+            return group
+    raise UsageError(f"host {host} is in no instance group.")
+
+
+def parse_channels(
+    texts: Sequence[str], content_types: Sequence[str], sharded: Sequence[str]
+) -> tuple[Channel, ...]:
+    types = dict(split_assignment(text, "--content-type") for text in content_types)
+    channels: list[Channel] = []
+    for text in texts:
+        name, source = split_assignment(text, "--channel")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise UsageError(f"--channel name {name!r} may hold only letters, digits, '_', '.', '-'.")
+        distribution = (
+            S3Distribution.SHARDED_BY_S3_KEY if name in sharded else S3Distribution.FULLY_REPLICATED
+        )
+        channels.append(Channel(name, Path(source), types.get(name), distribution))
+    names = [channel.name for channel in channels]
+    for name in set(types) | set(sharded):
+        if name not in names:
+            raise UsageError(f"--content-type/--sharded name a channel {name!r} that no --channel gives.")
+    if len(set(names)) != len(names):
+        raise UsageError("each --channel name may be given once.")
+    return tuple(channels)
+
+
+def parse_start_delays(texts: Sequence[str], hosts: tuple[str, ...]) -> dict[str, float]:
+    delays: dict[str, float] = {}
+    for text in texts:
+        host, seconds = split_assignment(text, "--start-delay")
+        if host not in hosts:
+            raise UsageError(f"--start-delay names host {host!r}; the hosts are {', '.join(hosts)}.")
+        try:
+            delays[host] = float(seconds)
+        except ValueError:
+            raise UsageError(f"--start-delay {text!r}: seconds must be a number.") from None
+    return delays
+
+
+def default_job_name(now: float, token: str) -> str:
+    return f"local-cluster-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}-{token}"
+
+
+def hosts_in_workdir(names: Iterable[str]) -> tuple[str, ...]:
+    indexed = sorted(int(match.group(1)) for name in names if (match := HOST_DIR_PATTERN.match(name)))
+    if not indexed:
+        raise UsageError("the work directory holds no algo-N host trees.")
+    return tuple(f"algo-{index}" for index in indexed)
