@@ -228,3 +228,84 @@ def test_evaluation_channel_with_zero_records(tmp_path, channel):
         f"channel {channel!r} has no records; put data files in it or remove the channel."
     )
     assert not (tmp_path / "output" / "data" / "metrics.json").exists()
+
+
+def write_tfrecord_with_malformed_record(
+    directory: Path, count: int, malformed_index: int, payload: bytes
+) -> None:
+    """``count`` records as trainer_data writes them, except that record ``malformed_index`` is ``payload``:
+    well framed (the count reads it), but not a tf.train.Example (parse_record fails on it)."""
+    import tensorflow as tf
+
+    data.write_tfrecord(directory, count, 1)
+    path = next(directory.iterdir())
+    records = [bytes(record) for record in tf.data.TFRecordDataset([str(path)]).as_numpy_iterator()]
+    records[malformed_index] = payload
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)
+
+
+@pytest.mark.parametrize(
+    ("payload", "cause"),
+    [
+        # Bytes that are not UTF-8 also make TensorFlow's own error unreadable (a UnicodeDecodeError).
+        (b"\xff\xfebinary", r"TensorFlow error: Could not parse example input, value: '\\xff\\xfe"),
+        (b"not an Example", r"InvalidArgumentError: Could not parse example input, value: 'not an Example'"),
+    ],
+    ids=["binary", "text"],
+)
+def test_malformed_record_mid_epoch_names_the_channel_and_parse_record(tmp_path, payload, cause):
+    # Only the first batch goes through parse_record before training; record 50 is read by step 7
+    # (8 records a step, no shuffle).
+    write_tfrecord_with_malformed_record(tmp_path / "input" / "data" / "train", 64, 49, payload)
+    module = write_module(tmp_path, PARSE_RECORD.format(x="x", width=4))
+    run = run_trainer(tmp_path, module, {"batch_size": 8, "epochs": 1, "shuffle_buffer": 0})
+    assert run.returncode == 1, run.stderr[-2000:]
+    message = run.error(0)["message"]
+    assert message.count("\n") == 0
+    assert re.search(
+        rf"^channel 'train': parse_record in bad\.py cannot read its records on rank 0 at step 7 of epoch 1: "
+        rf"{cause}.*; make its feature names, types and shapes match the records\.$",
+        message,
+    ), message
+    assert message in run.stderr
+    assert run.epoch_lines() == []
+
+
+def test_malformed_record_in_the_validation_channel(tmp_path):
+    data.write_tfrecord(tmp_path / "input" / "data" / "train", 16, 1)
+    write_tfrecord_with_malformed_record(tmp_path / "input" / "data" / "validation", 64, 49, b"\xff\xfe")
+    module = write_module(tmp_path, PARSE_RECORD.format(x="x", width=4))
+    run = run_trainer(tmp_path, module, {"batch_size": 8, "epochs": 1})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert re.search(
+        r"^channel 'validation': parse_record in bad\.py cannot read its records: TensorFlow error: "
+        r"Could not parse example input, value: '\\xff\\xfe'; make its feature names, types and shapes "
+        r"match the records\.$",
+        run.error(0)["message"],
+    ), run.error(0)["message"]
+
+
+def test_malformed_first_record_is_found_before_training(tmp_path):
+    write_tfrecord_with_malformed_record(tmp_path / "input" / "data" / "train", 64, 0, b"\xff\xfe")
+    module = write_module(tmp_path, PARSE_RECORD.format(x="x", width=4))
+    run = run_trainer(tmp_path, module, {"batch_size": 8, "epochs": 1})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.error(0)["message"] == (
+        "channel 'train': parse_record in bad.py cannot read its records: TensorFlow error: Could not parse "
+        "example input, value: '\\xff\\xfe'; make its feature names, types and shapes match the records."
+    )
+
+
+def test_malformed_record_on_one_rank_mid_epoch_stops_every_rank(tmp_path):
+    # Record-level sharding over 2 ranks: record 50 (index 49) is rank 1's 25th, read in its step 7.
+    write_tfrecord_with_malformed_record(tmp_path / "input" / "data" / "train", 64, 49, b"\xff\xfe")
+    module = write_module(tmp_path, PARSE_RECORD.format(x="x", width=4))
+    run = run_trainer(tmp_path, module, {"batch_size": 8, "epochs": 1, "shuffle_buffer": 0}, ranks=2)
+    assert run.returncode != 0, run.stderr[-2000:]
+    assert run.error(1)["message"] == (
+        "channel 'train': parse_record in bad.py cannot read its records on rank 1 at step 7 of epoch 1: "
+        "TensorFlow error: Could not parse example input, value: '\\xff\\xfe'; make its feature names, types "
+        "and shapes match the records."
+    )

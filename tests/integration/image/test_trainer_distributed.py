@@ -19,6 +19,22 @@ from trainer_harness import CASES, run_trainer, step_ids
 EPOCHS = 2
 
 
+def assert_every_record_once_per_epoch(
+    per_rank_steps: Sequence[Sequence[Sequence[int]]], steps: int, records: int, epochs: int
+) -> None:
+    """Each epoch (``steps`` steps on every rank) read every record id in ``range(records)`` exactly once
+    over all ranks; ``per_rank_steps[rank]`` lists the ids of each step that rank ran, in order."""
+    assert all(len(rank_steps) == epochs * steps for rank_steps in per_rank_steps), "unequal step counts"
+    for epoch in range(epochs):
+        seen = Counter(
+            record
+            for rank_steps in per_rank_steps
+            for ids in rank_steps[epoch * steps : (epoch + 1) * steps]
+            for record in ids
+        )
+        assert seen == Counter(range(records)), f"epoch {epoch + 1}: not every record exactly once"
+
+
 @pytest.mark.parametrize(
     ("ranks", "records", "files", "writer"),
     [
@@ -40,15 +56,7 @@ def test_every_record_once_per_epoch_equal_steps_identical_weights(tmp_path, ran
     reports = [run.report(rank) for rank in range(ranks)]
     steps = reports[0]["steps_per_epoch"]
     per_rank_steps = [step_ids(tmp_path, rank) for rank in range(ranks)]
-    assert [len(rank_steps) for rank_steps in per_rank_steps] == [EPOCHS * steps] * ranks
-    for epoch in range(EPOCHS):
-        seen = Counter(
-            record
-            for rank_steps in per_rank_steps
-            for ids in rank_steps[epoch * steps : (epoch + 1) * steps]
-            for record in ids
-        )
-        assert seen == Counter(range(records)), f"epoch {epoch + 1}: not every record exactly once"
+    assert_every_record_once_per_epoch(per_rank_steps, steps, records, EPOCHS)
     assert sum(report["records"] for report in reports) == records
     assert all(report["steps_per_epoch"] == steps for report in reports)
 
@@ -80,8 +88,8 @@ def test_sharded_by_s3_key_splits_only_between_local_ranks(tmp_path):
     )
 
     assert run.returncode == 0, run.stderr[-3000:]
-    seen = Counter(record for rank in range(2) for ids in step_ids(tmp_path, rank) for record in ids)
-    assert seen == Counter(range(21))
+    per_rank_steps = [step_ids(tmp_path, rank) for rank in range(2)]
+    assert_every_record_once_per_epoch(per_rank_steps, run.report(0)["steps_per_epoch"], 21, epochs=1)
 
 
 def write_parts(directory: Path, sizes: Sequence[int]) -> int:
@@ -143,14 +151,7 @@ def test_uneven_file_shards_spread_records_and_weigh_every_record_alike(tmp_path
         assert len(planned) == steps and sum(planned) == records
         assert max(planned) <= math.ceil(records / steps), f"{planned}: a batch holds the surplus"
         assert [len(ids) for ids in rank_steps] == planned * EPOCHS
-    for epoch in range(EPOCHS):
-        seen = Counter(
-            record
-            for rank_steps in per_rank_steps
-            for ids in rank_steps[epoch * steps : (epoch + 1) * steps]
-            for record in ids
-        )
-        assert seen == Counter(range(total)), f"epoch {epoch + 1}: not every record exactly once"
+    assert_every_record_once_per_epoch(per_rank_steps, steps, total, EPOCHS)
     final = run.weights(0)
     for mine, theirs in zip(run.weights(1), final, strict=True):
         np.testing.assert_array_equal(mine, theirs)
@@ -208,5 +209,5 @@ def test_an_empty_file_next_to_the_data_leaves_no_rank_without_records(tmp_path)
 
     assert run.returncode == 0, run.stderr[-3000:]
     assert [run.report(rank)["records"] for rank in range(2)] == [6, 5]
-    seen = Counter(record for rank in range(2) for ids in step_ids(tmp_path, rank) for record in ids)
-    assert seen == Counter(range(11))
+    per_rank_steps = [step_ids(tmp_path, rank) for rank in range(2)]
+    assert_every_record_once_per_epoch(per_rank_steps, run.report(0)["steps_per_epoch"], 11, epochs=1)

@@ -43,27 +43,39 @@ def keras_api(environ: Mapping[str, str]) -> types.ModuleType:
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-# TensorFlow op errors wrap their message: "{{function_node …}} message\n\t [[{{node …}}]] [Op:…] name: ".
+# TensorFlow op errors wrap their message: "{{function_node …}} message\n\t [[{{node …}}]] [Op:…] name: ";
+# an error inside a traced function's input pipeline adds "[[IteratorGetNext]]".
 _TF_DECORATION = re.compile(
     r"\{\{function_node [^}]*\}\}\s*"  # the function that ran the op
     r"|\s*\[\[\{\{node [^}]*\}\}\]\]"  # the node
+    r"|\s*\[\[[A-Za-z_][\w./:-]*\]\]"  # the calling node, in a traced function
     r"|\s*\[Op:[^\]]*\](\s*name:.*)?"  # the op type and name
+)
+# tf.data's prefix for an error in a function it maps: where in the pipeline, not what went wrong.
+_TF_DATA_FUNCTION = re.compile(
+    r"^Error in user-defined function passed to .*? transformation with iterator: \S+: "
 )
 
 
 def describe_exception(error: BaseException) -> str:
     """``Type: message`` on one line; Keras colours its messages for terminals, files get plain text."""
-    text = _TF_DECORATION.sub("", _ANSI_ESCAPE.sub("", str(error)))
+    return describe_message(type(error).__name__, str(error))
+
+
+def describe_message(kind: str, message: str) -> str:
+    """``kind: message`` on one line, from the line of ``message`` that says what went wrong."""
+    text = _TF_DECORATION.sub("", _ANSI_ESCAPE.sub("", message))
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
-        return type(error).__name__
+        return kind
     if lines[0].endswith(":"):
-        # TensorFlow's traced errors start with "in user code:" and end with the actual message.
-        return f"{type(error).__name__}: {lines[-1]}"
+        # TensorFlow's traced errors start with "in user code:" or "Graph execution error:" and end with
+        # the actual message.
+        return f"{kind}: {_TF_DATA_FUNCTION.sub('', lines[-1])}"
     if lines[0].startswith("Exception encountered when calling") and len(lines) > 1:
         # Keras 3 layer errors put the cause on the line after this header.
-        return f"{type(error).__name__}: {lines[1]}"
-    return f"{type(error).__name__}: {lines[0]}"
+        return f"{kind}: {lines[1]}"
+    return f"{kind}: {_TF_DATA_FUNCTION.sub('', lines[0])}"
 
 
 def load_module(path: Path) -> ModelModule:

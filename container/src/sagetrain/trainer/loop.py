@@ -20,7 +20,7 @@ from sagetrain.errors import UserError
 from sagetrain.trainer.engines import Engine
 from sagetrain.trainer.hyperparameters import LrScaling, TrainerSettings
 from sagetrain.trainer.preparation import Prepared
-from sagetrain.trainer.readers import RankRecords, evaluation_batches
+from sagetrain.trainer.readers import RankRecords, evaluation_batches, read_batches
 
 
 def model_variables(prepared: Prepared) -> list[Any]:
@@ -118,7 +118,7 @@ def evaluate(
     """(local, cross-rank mean) metrics of one evaluation channel; no collective per batch, so ranks with
     different numbers of batches never wait for each other."""
     reset_metrics(prepared)
-    for x, y in evaluation_batches(records, batch_size):
+    for x, y in read_batches(records, evaluation_batches(records, batch_size)):
         eval_step(x, y)
     local = local_metrics(prepared)
     reset_metrics(prepared)

@@ -25,7 +25,7 @@ from sagetrain.trainer.contract import (
 )
 from sagetrain.trainer.hyperparameters import TrainerSettings
 from sagetrain.trainer.jobenv import JobEnvironment
-from sagetrain.trainer.readers import RankRecords, rank_records, read_error
+from sagetrain.trainer.readers import RankRecords, rank_records, read_batches
 
 TRAIN, VALIDATION, TEST = "train", "validation", "test"
 
@@ -56,10 +56,7 @@ def _first_batch(records: RankRecords, batch_size: int) -> Any:
     """The channel's first batch on this rank (None without records): reading it here turns the reader's
     errors about the data (a parse_record that does not match the records, say) into one sentence before
     the first collective."""
-    try:
-        return next(iter(records.dataset.batch(batch_size).take(1)), None)
-    except tf.errors.OpError as error:
-        raise read_error(records.channel, records.reader, error) from error
+    return next(read_batches(records, records.dataset.batch(batch_size).take(1)), None)
 
 
 def _build_state(prepared_model: Any, records: RankRecords, module: ModelModule, batch_size: int) -> None:

@@ -10,7 +10,8 @@ float feature), TFRecord through the module's ``parse_record(serialized, hp)``. 
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import tensorflow as tf
 
 from sagetrain.errors import UserError
 from sagetrain.trainer.channels import Channel, DataFormat, npy_labels_path
-from sagetrain.trainer.contract import ModelModule, call_user, describe_exception
+from sagetrain.trainer.contract import ModelModule, call_user, describe_message
 from sagetrain.trainer.sharding import ShardLevel
 
 
@@ -43,12 +44,55 @@ class RankRecords:
     reader: Reader
 
 
-def read_error(channel: Channel, reader: Reader, error: tf.errors.OpError) -> UserError:
-    """TensorFlow's error about a channel's data (found while iterating it) as one user-error sentence."""
+# What TensorFlow raises when reading records fails. When its message quotes bytes that are not UTF-8 (a
+# binary record parse_record cannot parse, say), the OpError cannot be made and Python gets the
+# UnicodeDecodeError of that message instead.
+READ_ERRORS = (tf.errors.OpError, UnicodeDecodeError)
+# TensorFlow quotes whole records; a sentence keeps the start of that.
+_MESSAGE_LIMIT = 400
+# The node TensorFlow names when a traced step fails in its next(iterator), i.e. in the input pipeline.
+_INPUT_NODE = re.compile(r"\[\[(\{\{node )?IteratorGetNext\b")
+
+
+def _tf_message(error: BaseException) -> str:
+    if isinstance(error, UnicodeDecodeError) and isinstance(error.object, bytes):
+        return error.object.decode("utf-8", "backslashreplace")
+    return str(error)
+
+
+def describe_read_error(error: BaseException) -> str:
+    """TensorFlow's error about records as ``Type: message`` on one line, at most ~400 characters."""
+    kind = "TensorFlow error" if isinstance(error, UnicodeDecodeError) else type(error).__name__
+    text = describe_message(kind, _tf_message(error))
+    return text if len(text) <= _MESSAGE_LIMIT else f"{text[:_MESSAGE_LIMIT]}…"
+
+
+def raised_by_input(error: BaseException) -> bool:
+    """Whether an error of a traced step that takes its batch with next(iterator) came from that iterator
+    (the channel's reader) rather than from the model: TensorFlow names the failing node."""
+    return isinstance(error, READ_ERRORS) and _INPUT_NODE.search(_tf_message(error)) is not None
+
+
+def read_error(channel: Channel, reader: Reader, error: BaseException, where: str = "") -> UserError:
+    """TensorFlow's error about a channel's data (found while iterating it) as one user-error sentence;
+    ``where`` (e.g. " on rank 1 at step 3 of epoch 2") says when, for errors found in training."""
     return UserError(
-        f"channel {channel.name!r}: {reader.name} cannot read its records: "
-        f"{describe_exception(error).rstrip('.')}; {reader.hint}."
+        f"channel {channel.name!r}: {reader.name} cannot read its records{where}: "
+        f"{describe_read_error(error).rstrip('.')}; {reader.hint}."
     )
+
+
+def read_batches(records: RankRecords, batches: tf.data.Dataset) -> Iterator[object]:
+    """Iterate ``batches`` made from ``records``; a failure to read them becomes the reader's user error."""
+    iterator = iter(batches)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except READ_ERRORS as error:
+            raise read_error(records.channel, records.reader, error) from error
+        yield batch
 
 
 def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +167,7 @@ def _count(dataset: tf.data.Dataset, channel: Channel, reader: Reader) -> int:
 
     try:
         return int(dataset.reduce(np.int64(0), add_one))
-    except tf.errors.OpError as error:
+    except READ_ERRORS as error:
         raise read_error(channel, reader, error) from error
 
 

@@ -39,7 +39,14 @@ from sagetrain.trainer.loop import (
     values_of,
 )
 from sagetrain.trainer.preparation import TEST, TRAIN, VALIDATION, Prepared, prepare
-from sagetrain.trainer.readers import epoch_batches, epoch_seed
+from sagetrain.trainer.readers import (
+    READ_ERRORS,
+    describe_read_error,
+    epoch_batches,
+    epoch_seed,
+    raised_by_input,
+    read_error,
+)
 from sagetrain.trainer.sharding import (
     batch_sizes,
     check_has_records,
@@ -252,6 +259,12 @@ def _train(
                     f"{epoch}, though {steps} steps were counted at start; input_fn must return the same "
                     f"records every time it is iterated."
                 ) from None
+            except READ_ERRORS as error:
+                # Before training only the first batch went through parse_record (the count reads raw
+                # records) or through an input_fn whose dataset knows its length, so a record they
+                # cannot read can still fail here.
+                where = f" on rank {ranks.rank} at step {done} of epoch {epoch}"
+                raise _step_error(prepared, error, where) from error
             if float(stops) > 0:
                 progress = ckpt.Progress(epoch - 1, done) if done < steps else ckpt.Progress(epoch, 0)
                 raise _stopped(job, settings, engine, prepared, progress, f"epoch {epoch} step {done}")
@@ -282,6 +295,14 @@ def _train(
         if every and (epoch % every == 0 or epoch == settings.epochs):
             _checkpoint(job, settings, prepared, ckpt.Progress(epoch, 0))
     return last_metrics
+
+
+def _step_error(prepared: Prepared, error: BaseException, where: str) -> UserError:
+    """A train step's failure as one sentence: the train channel's reader when its iterator failed,
+    otherwise the step (the model) that failed."""
+    if raised_by_input(error):
+        return read_error(prepared.train.channel, prepared.train.reader, error, where)
+    return UserError(f"training failed{where}: {describe_read_error(error)}")
 
 
 def _finish(
