@@ -159,6 +159,12 @@ CASES_TABLE = [
     Case("too-many-mpi-processes", "hyperparameters",
          set_hyperparameters(sagemaker_mpi_enabled=True, sagemaker_mpi_num_processes=4),
          ("sagemaker_mpi_num_processes",)),
+    Case("custom-mpi-options-unbalanced-quote", "hyperparameters",
+         set_hyperparameters(sagemaker_mpi_enabled=True, sagemaker_mpi_custom_mpi_options='-x FOO="bar'),
+         ("sagemaker_mpi_custom_mpi_options", 'FOO="bar')),
+    Case("custom-mpi-options-set-np", "hyperparameters",
+         set_hyperparameters(sagemaker_mpi_enabled=True, sagemaker_mpi_custom_mpi_options="-np 1"),
+         ("sagemaker_mpi_custom_mpi_options", "-np")),
     # channels
     Case("channel-folder-missing", "channels", channel_config("extra", TrainingInputMode="File"), ("extra",)),
     Case("module-without-train-channel", "channels", unchanged, ("train",), program="model.py",

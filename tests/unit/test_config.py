@@ -116,6 +116,40 @@ def test_custom_mpi_options_with_an_unbalanced_quote_name_file_field_and_value(t
     )
 
 
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [
+        ("-np 1", "-np"),
+        ("-x NCCL_DEBUG=INFO -n 2", "-n"),
+        ("--host algo-1:1", "--host"),
+        ("-H algo-1:1,algo-2:1", "-H"),
+        ("--hostfile /tmp/hosts", "--hostfile"),
+        ("-npernode 1", "-npernode"),
+    ],
+)
+def test_custom_mpi_options_that_set_ranks_or_hosts_are_refused_naming_file_field_and_value(
+    tmp_path, options, flag
+):
+    source = tmp_path / "hyperparameters.json"
+    with pytest.raises(UserError) as error:
+        parse_settings(
+            decode_hyperparameters({"sagemaker_mpi_custom_mpi_options": json.dumps(options)}), source
+        )
+    assert error.value.cause.startswith(
+        f"{source} field sagemaker_mpi_custom_mpi_options sets {flag} ({options!r}), but the launcher "
+        "decides how many ranks run on which hosts; remove it and set sagemaker_mpi_num_of_processes_per_host"
+    )
+
+
+def test_custom_mpi_options_may_carry_values_that_look_like_refused_flags(tmp_path):
+    options = '-x NP=1 --bind-to core -mca plm_rsh_args "-H x"'
+    settings = parse_settings(
+        decode_hyperparameters({"sagemaker_mpi_custom_mpi_options": json.dumps(options)}),
+        tmp_path / "hp.json",
+    )
+    assert settings.custom_mpi_options == ("-x", "NP=1", "--bind-to", "core", "-mca", "plm_rsh_args", "-H x")
+
+
 def test_unknown_sagetrain_setting_is_refused(tmp_path):
     with pytest.raises(UserError, match="unknown setting sagetrain_cordinator_port"):
         parse_settings({"sagetrain_cordinator_port": 1}, tmp_path / "hp.json")

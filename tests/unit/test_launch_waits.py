@@ -108,14 +108,11 @@ def test_a_part_of_a_deadline_keeps_the_reserve_for_the_steps_after_it():
     assert stop.part(1.0, "the ranks' reports").seconds == 0.0
 
 
-def test_the_whole_stop_path_fits_before_sagemakers_sigkill():
-    assert STOP_SECONDS < 10.0  # SageMaker's local mode SIGKILLs 10 s after SIGTERM
-    assert AFTER_RANKS_STOP_SECONDS > MPIRUN_STOP_SECONDS
-
-
-def mpi_plan(hosts, per_host):
+def mpi_plan(hosts, per_host, custom=(), total=None):
     resources = ResourceConfig(hosts[0], tuple(hosts), "local", "homogeneousCluster", (), "eth0")
-    settings = JobSettings(mpi_enabled=True, mpi_processes_per_host=per_host)
+    settings = JobSettings(
+        mpi_enabled=True, mpi_processes_per_host=per_host, mpi_num_processes=total, custom_mpi_options=custom
+    )
     return make_plan(resources, settings, gpus_per_host=0)
 
 
@@ -124,3 +121,15 @@ def test_the_launch_timeout_names_the_ranks_not_started_per_host():
     assert ranks_not_started(plan, set(range(4)) | {9}) == "algo-2: ranks 4-7; algo-3: ranks [8, 10, 11]"
     assert ranks_not_started(plan, set(range(12)) - {5}) == "algo-2: rank 5"
     assert ranks_not_started(plan, set(range(12))) == ""
+
+
+def test_fewer_ranks_than_slots_are_named_where_mpirun_places_them():
+    plan = mpi_plan(("algo-1", "algo-2", "algo-3"), 4, total=6)
+    assert ranks_not_started(plan, {0, 1}) == "algo-1: ranks 2-3; algo-2: ranks 4-5"
+
+
+def test_ranks_placed_by_the_custom_options_are_named_without_guessing_their_hosts():
+    plan = mpi_plan(("algo-1", "algo-2"), 2, custom=("-map-by", "node"))
+    assert ranks_not_started(plan, {0, 1}) == "ranks 2-3"
+    assert ranks_not_started(plan, {0, 2, 3}) == "rank 1"
+    assert ranks_not_started(plan, {0, 1, 2, 3}) == ""

@@ -90,6 +90,10 @@ def test_user_nccl_socket_ifname_in_the_environment_wins():
         (["--mca", "btl", "tcp"], {("mca", "btl")}),
         (["-x", "A=1", "-x", "B"], {("x", "A"), ("x", "B")}),
         (["-n", "4", "--host", "a:1"], {("flag", "np"), ("flag", "H")}),
+        (
+            ["-c", "4", "-machinefile", "f", "-N", "2"],
+            {("flag", "np"), ("flag", "hostfile"), ("flag", "npernode")},
+        ),
         (["--verbose"], {("flag", "verbose")}),
     ],
 )

@@ -63,6 +63,13 @@ def test_mpi_enabled_with_processes_per_host():
 def test_mpi_num_processes_fewer_than_slots():
     plan = make_plan(resources(TWO), JobSettings(mpi_enabled=True, mpi_num_processes=3), gpus_per_host=2)
     assert (plan.total_processes, plan.processes_on(TWO[0]), plan.processes_on(TWO[1])) == (3, 2, 1)
+    assert (plan.ranks_on(TWO[0]), plan.ranks_on(TWO[1]), plan.ranks_on("algo-9")) == (
+        range(0, 2),
+        range(2, 3),
+        range(0),
+    )
+    single_rank = make_plan(resources(TWO), JobSettings(mpi_enabled=True, mpi_num_processes=1), 2)
+    assert list(single_rank.ranks_on(TWO[1])) == [] and single_rank.processes_on(TWO[1]) == 0
 
 
 def test_mpi_num_processes_more_than_slots_is_refused():

@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sagetrain.entry import rebased_env_vars, with_device_counts
+from sagetrain.config.toolkit_env import with_fields
+from sagetrain.entry import rebased_env_vars
 
 SRC = Path(__file__).resolve().parents[2] / "container" / "src"
 
@@ -138,7 +139,7 @@ def test_toolkit_paths_move_to_the_jobs_root_and_json_values_stay_byte_exact():
 def test_sm_num_gpus_is_the_count_the_job_uses():
     variables = {"SM_NUM_GPUS": "8", "SM_NUM_CPUS": "96", "SM_TRAINING_ENV": '{"num_cpus":96,"num_gpus":8}'}
     # e.g. CUDA_VISIBLE_DEVICES=0,1 on an 8-GPU host: detect_devices counts 2
-    assert with_device_counts(variables, 2, None) == {
+    assert {**variables, **with_fields(variables, {"num_gpus": 2})} == {
         "SM_NUM_GPUS": "2",
         "SM_NUM_CPUS": "96",
         "SM_TRAINING_ENV": '{"num_cpus":96,"num_gpus":2}',

@@ -2,6 +2,9 @@
 
 import json
 
+import pytest
+from sagetrain.config.toolkit_env import with_fields
+from sagetrain.errors import PlatformError
 from sagetrain.launch.rank import (
     HostFacts,
     coordinator_address,
@@ -136,6 +139,27 @@ def test_host_facts_are_read_back_only_for_the_host_that_wrote_them(tmp_path):
     assert HostFacts.read(tmp_path / "absent", "algo-2") is None
     (tmp_path / "host.json").write_text("{garbled")
     assert HostFacts.read(tmp_path, "algo-2") is None
+
+
+def test_host_facts_that_cannot_be_written_are_a_platform_error_naming_the_file(tmp_path):
+    not_a_folder = tmp_path / "run"
+    not_a_folder.write_text("")
+    with pytest.raises(PlatformError) as error:
+        HostFacts("algo-1", 0, 4).write(not_a_folder)
+    assert error.value.cause.startswith(f"cannot write {not_a_folder / 'host.json'} (")
+    assert "SAGETRAIN_RUN_DIR must name a folder this host can write" in error.value.cause
+
+
+def test_fields_change_their_sm_variable_and_sm_training_env_as_the_toolkit_formats_them():
+    environ = {"SM_NUM_GPUS": "8", "SM_TRAINING_ENV": '{"master_hostname":"algo-1","num_gpus":8}'}
+    assert with_fields(environ, {"num_gpus": 2, "current_host": "algo-2"}) == {
+        "SM_NUM_GPUS": "2",
+        "SM_CURRENT_HOST": "algo-2",
+        "SM_TRAINING_ENV": (
+            '{"current_host":"algo-2","is_master":false,"master_hostname":"algo-1","num_gpus":2}'
+        ),
+    }
+    assert with_fields({"SM_TRAINING_ENV": "{garbled"}, {"num_gpus": 2}) == {"SM_NUM_GPUS": "2"}
 
 
 def test_another_hosts_resource_config_as_sagemaker_writes_it_there():

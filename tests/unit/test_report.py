@@ -3,7 +3,7 @@
 import signal
 
 from sagetrain.config.paths import Paths
-from sagetrain.report import RankFailure, Verdict, write_report
+from sagetrain.report import RankFailure, Verdict, remove_previous_report, write_report
 from sagetrain.report.files import failure_text
 
 
@@ -45,6 +45,40 @@ def test_a_failure_file_the_program_wrote_stays_when_the_job_succeeds(tmp_path):
     write_report(paths, Verdict(0))
     assert paths.success_file.exists()
     assert paths.failure_file.read_text() == "a warning the program chose to leave here\n"
+
+
+STOPPED = Verdict(143, "the job was stopped by SIGTERM (the container was asked to stop)")
+
+
+def test_our_failure_report_is_never_taken_for_the_programs_own(tmp_path):
+    paths = Paths(tmp_path)
+    write_report(paths, STOPPED)
+    write_report(paths, Verdict(1, "train.py exited with code 1 on rank 0 (host algo-1)"))
+    assert paths.failure_file.read_text() == "train.py exited with code 1 on rank 0 (host algo-1)\n"
+
+
+def test_a_restart_on_the_same_tree_removes_our_last_report_before_the_job_starts(tmp_path):
+    paths = Paths(tmp_path)
+    write_report(paths, STOPPED)  # the first run was stopped; the restart succeeds
+    remove_previous_report(paths)
+    assert not paths.failure_file.exists()
+    write_report(paths, Verdict(0))
+    assert sorted(p.name for p in paths.output_dir.iterdir() if not p.name.startswith(".")) == ["success"]
+    remove_previous_report(paths)  # and the next run starts without our success file
+    assert list(p.name for p in paths.output_dir.iterdir() if not p.name.startswith(".")) == []
+
+
+def test_a_failure_file_the_program_wrote_is_not_removed_at_start(tmp_path):
+    paths = Paths(tmp_path)
+    write_report(paths, STOPPED)
+    paths.failure_file.write_text("loss became NaN\n")  # the program rewrote it after our report
+    remove_previous_report(paths)
+    assert paths.failure_file.read_text() == "loss became NaN\n"
+    write_report(paths, Verdict(1, "train.py exited with code 1 on rank 0 (host algo-1)"))
+    assert paths.failure_file.read_text().splitlines()[1:3] == [
+        "--- the program's own failure file, as it wrote it: ---",
+        "loss became NaN",
+    ]
 
 
 def test_success_file(tmp_path):

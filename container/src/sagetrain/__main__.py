@@ -87,9 +87,9 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
 
 
 def plan_command(root: Path, gpus: int | None, cpus: int | None = None) -> dict[str, Any]:
+    """The plan as JSON. Writes nothing: not under the root, not to this process's environment."""
     from sagetrain.entry import build_spec
 
-    """The plan as JSON. Writes nothing: not under the root, not to this process's environment."""
     config = load_job_config(root, check_channels=False)
     devices = detect_devices(os.environ)
     planned_gpus = devices.gpus if gpus is None else gpus

@@ -17,7 +17,7 @@ import signal
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,11 +25,12 @@ from sagetrain.config import JobConfig, Paths, load_job_config, root_from_enviro
 from sagetrain.config.devices import detect_devices, driver_warnings
 from sagetrain.config.hyperparameters import user_hyperparameters
 from sagetrain.config.paths import ROOT_ENV
+from sagetrain.config.toolkit_env import sm_value, with_fields
 from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated
-from sagetrain.launch.job import JobSpec
-from sagetrain.launch.rank import HostFacts, sm_value
+from sagetrain.launch.job import JobSpec, Report
+from sagetrain.launch.rank import HostFacts
 from sagetrain.plan import Engine, Plan, make_plan
-from sagetrain.report import Verdict, write_report
+from sagetrain.report import Verdict, remove_previous_report, write_report
 from sagetrain.run.program import (
     TRAINER_MODULE,
     Program,
@@ -92,20 +93,6 @@ def rebased_env_vars(variables: Mapping[str, str], old: str, new: str) -> dict[s
     return rebased
 
 
-def with_device_counts(variables: Mapping[str, str], gpus: int, cpus: int | None) -> dict[str, str]:
-    """SM_NUM_GPUS and SM_TRAINING_ENV's num_gpus set to ``gpus`` (the toolkit counts every GPU
-    nvidia-smi lists, ignoring NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES), and the CPU count likewise
-    when ``cpus`` is given. Pure."""
-    counts: dict[str, int] = {"num_gpus": gpus} if cpus is None else {"num_gpus": gpus, "num_cpus": cpus}
-    updated = dict(variables)
-    updated.update({f"SM_{name.upper()}": str(count) for name, count in counts.items()})
-    if "SM_TRAINING_ENV" in variables:
-        training_env = json.loads(variables["SM_TRAINING_ENV"])
-        training_env.update(counts)
-        updated["SM_TRAINING_ENV"] = sm_value(training_env)
-    return updated
-
-
 def toolkit_env_vars(
     config: JobConfig,
     hyperparameters: Mapping[str, Any],
@@ -133,7 +120,9 @@ def toolkit_env_vars(
         imported_root = str(environment.base_dir)
     if imported_root != str(config.paths.root):  # imported earlier, or under the dry run's scratch root
         variables = rebased_env_vars(variables, imported_root, str(config.paths.root))
-    return with_device_counts(variables, gpus, cpus)
+    # The toolkit counts every GPU nvidia-smi lists, ignoring NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES.
+    counts = {"num_gpus": gpus} if cpus is None else {"num_gpus": gpus, "num_cpus": cpus}
+    return {**variables, **with_fields(variables, counts)}
 
 
 def rank_launcher_argv() -> tuple[str, ...]:
@@ -223,8 +212,8 @@ def run_dir_of(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("SAGETRAIN_RUN_DIR") or DEFAULT_RUN_DIR)
 
 
-def run_job(environ: Mapping[str, str], report: Callable[[Verdict], None]) -> Verdict:
-    """This host's part of the job; ``report`` gets the verdict once it is final."""
+def run_job(environ: Mapping[str, str], report: Report) -> Verdict:
+    """This host's part of the job; the engine hands its verdict to ``report`` as soon as it decided."""
     from sagetrain.launch import execute
 
     root = root_from_environ(environ)
@@ -253,7 +242,8 @@ def run_job(environ: Mapping[str, str], report: Callable[[Verdict], None]) -> Ve
 
 class JobEnd:
     """SIGTERM/SIGINT and the report. The first signal raises Terminated in the main thread, which stops
-    the job; once the verdict is final (``report``), the report is written and no signal changes it."""
+    the job; once the verdict is final (the first ``report``), the report is written and no signal
+    changes it. ``report`` is the one place a verdict becomes final."""
 
     def __init__(self, paths: Paths) -> None:
         self._paths = paths
@@ -292,9 +282,11 @@ class JobEnd:
 def run(environ: Mapping[str, str]) -> int:
     """Run this host's part of the job and write the report; the exit code."""
     logging.basicConfig(level=logging.INFO, format="sagetrain %(levelname)s: %(message)s", stream=sys.stderr)
-    end = JobEnd(Paths(root_from_environ(environ)))
+    paths = Paths(root_from_environ(environ))
+    end = JobEnd(paths)
     end.install()
     try:
+        remove_previous_report(paths)  # a restart on the same tree must not find our last run's report
         verdict = run_job(environ, end.report)
     except SagetrainError as error:
         detail = traceback.format_exc() if isinstance(error, PlatformError) else ""
@@ -303,7 +295,7 @@ def run(environ: Mapping[str, str]) -> int:
         verdict = Verdict(
             ExitCode.PLATFORM_ERROR, f"internal error in sagetrain: {error!r}", traceback.format_exc()
         )
-    verdict = end.report(verdict)  # when the job ended before its verdict was final
+    verdict = end.report(verdict)  # the engine's, if it reported; else this one (it ended before deciding)
     if verdict.succeeded:
         log.info("training succeeded")
     else:

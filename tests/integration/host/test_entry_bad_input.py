@@ -40,6 +40,12 @@ CASES = {
         "field sagemaker_mpi_custom_mpi_options cannot be split into mpirun arguments (No closing "
         "quotation): '-x FOO=\"bar'",
     ),
+    "custom MPI options that set the number of ranks": (
+        {**GOOD, "sagemaker_mpi_enabled": "true", "sagemaker_mpi_custom_mpi_options": encode("-np 1")},
+        None,
+        "field sagemaker_mpi_custom_mpi_options sets -np ('-np 1'), but the launcher decides how many ranks "
+        "run on which hosts; remove it and set sagemaker_mpi_num_of_processes_per_host",
+    ),
     "missing sagemaker_program": ({"epochs": "2"}, None, "hyperparameters.json has no sagemaker_program"),
     "program file absent": (
         {"sagemaker_program": encode("trian.py")},

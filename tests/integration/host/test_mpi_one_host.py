@@ -4,8 +4,10 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,39 @@ def test_an_mpirun_that_never_starts_its_ranks_fails_the_job_when_the_launch_wai
     pid = int((bin_dir / "pid").read_text())
     status = Path(f"/proc/{pid}/status")
     assert not status.exists() or "zombie" in status.read_text()  # mpirun was stopped
+
+
+FAKE_MPIRUN_SLOW_TO_STOP = """#!{python}
+import os, pathlib, signal, threading
+here = pathlib.Path(__file__).parent
+signal.signal(signal.SIGTERM, lambda *_: (here / "terminated").touch())  # and carries on: slow to stop
+(here / "pid").write_text(str(os.getpid()))
+threading.Event().wait(300)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_launch_timeout_stays_the_verdict_when_sigterm_comes_while_mpirun_is_being_stopped(job, tmp_path):
+    """SageMaker's local mode stops the other containers once one exits: a SIGTERM while the master stops
+    mpirun after it decided must not turn its verdict into "stopped by SIGTERM"."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "mpirun"
+    fake.write_text(FAKE_MPIRUN_SLOW_TO_STOP.format(python=sys.executable))
+    fake.chmod(0o755)
+    tree = job({**MPI, "sagetrain_launch_wait_seconds": "1"})
+    tree.write_code("train.py", "print('never runs')\n")
+    process = tree.start(PATH=f"{bin_dir}:{os.environ['PATH']}")
+    terminated = bin_dir / "terminated"
+    deadline = time.monotonic() + 30
+    while not terminated.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the entry decided and is stopping mpirun: SIGTERM it now
+    assert terminated.exists(), "the entry never stopped mpirun"
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate()
+    assert process.returncode == 2, output
+    assert tree.failure.read_text().splitlines()[0] == (
+        "timed out after 1 s waiting for mpirun to start all 2 ranks (not started: algo-1-abcde: ranks 0-1); "
+        "if ranks start slowly, raise the hyperparameter sagetrain_launch_wait_seconds"
+    )
+    assert "SIGTERM ignored: the job is over" in output

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -26,31 +27,54 @@ def one_host_job(mpi: bool) -> dict[str, str]:
     return hyperparameters
 
 
+def start_running(tree, mpi: bool) -> subprocess.Popen:
+    """Start the entry; return once every rank's program printed "program running"."""
+    process = tree.start()
+    running = 0
+    for line in process.stdout:
+        running += "program running" in line
+        if running == (2 if mpi else 1):
+            break
+    return process
+
+
+def stop(process: subprocess.Popen) -> tuple[int, str]:
+    """SIGTERM the entry; its exit code and output once it exited."""
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate()
+    return process.returncode, output
+
+
+def alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text()
+    except FileNotFoundError:
+        return False
+
+
+# Records its pid, says it runs, waits; with ignore=True it ignores SIGTERM.
+WAITS = """
+import os, pathlib, signal, threading
+if {ignore}:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path({pids!r}, str(os.getpid())).touch()
+print("program running", flush=True)
+threading.Event().wait(300)
+"""
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mpi", [False, True])
 def test_sigterm_stops_the_job_and_exits_143(job, mpi):
     tree = job(one_host_job(mpi))
     pids = tree.root / "pids"
     pids.mkdir()
-    tree.write_code(
-        "train.py",
-        f"""
-import os, pathlib, threading
-pathlib.Path({str(pids)!r}, str(os.getpid())).touch()
-print("program running", flush=True)
-threading.Event().wait(300)
-""",
-    )
-    process = tree.start()
-    for line in process.stdout:
-        if "program running" in line:
-            break
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate()
-    assert process.returncode == 143, output
+    tree.write_code("train.py", WAITS.format(ignore=False, pids=str(pids)))
+    code, output = stop(start_running(tree, mpi))
+    assert code == 143, output
     assert tree.failure.read_text().startswith("the job was stopped by SIGTERM")
-    for pid in (int(p.name) for p in pids.iterdir()):
-        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert [pid for pid in (int(p.name) for p in pids.iterdir()) if alive(pid)] == []
 
 
 def test_train_command_runs_our_entry_and_keeps_its_exit_code(job):
@@ -101,15 +125,8 @@ with open(os.environ["SAGETRAIN_ERROR_FILE"], "w") as error_file:
 sys.exit(143)
 """,
     )
-    process = tree.start()
-    running = 0
-    for line in process.stdout:
-        running += "program running" in line
-        if running == (2 if mpi else 1):
-            break
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate()
-    assert process.returncode == 143, output
+    code, output = stop(start_running(tree, mpi))
+    assert code == 143, output
     first_line = tree.failure.read_text().splitlines()[0]
     assert first_line.startswith("the job was stopped by SIGTERM (the container was asked to stop); rank "), (
         output
@@ -129,14 +146,6 @@ threading.Event().wait(300)
 """
 
 
-def alive(pid: int) -> bool:
-    status = Path(f"/proc/{pid}/status")
-    try:
-        return "zombie" not in status.read_text()
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mpi", [False, True])
 def test_a_program_that_ignores_sigterm_is_killed_with_its_children_before_sagemakers_sigkill(job, mpi):
@@ -144,18 +153,12 @@ def test_a_program_that_ignores_sigterm_is_killed_with_its_children_before_sagem
     pids = tree.root / "pids"
     pids.mkdir()
     tree.write_code("train.py", IGNORES_SIGTERM.format(pids=str(pids)))
-    process = tree.start()
-    running = 0
-    for line in process.stdout:
-        running += "program running" in line
-        if running == (2 if mpi else 1):
-            break
+    process = start_running(tree, mpi)
     signalled_at = time.monotonic()
-    process.send_signal(signal.SIGTERM)
     try:
-        output, _ = process.communicate()
+        code, output = stop(process)
         stopped_after = time.monotonic() - signalled_at
-        assert process.returncode == 143, output
+        assert code == 143, output
         # The issue's bound: SageMaker's local mode SIGKILLs the container 10 s after SIGTERM.
         assert stopped_after < 10.0, output
         survivors = [int(p.name) for p in pids.iterdir() if alive(int(p.name))]
@@ -165,6 +168,47 @@ def test_a_program_that_ignores_sigterm_is_killed_with_its_children_before_sagem
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert len(list(pids.iterdir())) == (4 if mpi else 2)
+
+
+def still_running_after(pidfds: dict[int, int], seconds: float) -> list[int]:
+    """Of the processes (pid: pidfd), those still running after ``seconds``: a pidfd becomes readable
+    when its process exits."""
+    deadline = time.monotonic() + seconds
+    running = []
+    for pid, pidfd in pidfds.items():
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+            running.append(pid)
+    return running
+
+
+PROGRAM_GONE_SECONDS = 10.0  # the program must not outlive a killed entry by more than this
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mpi", [False, True])
+def test_a_program_does_not_outlive_its_killed_entry(job, mpi):
+    """The entry SIGKILLed (out of memory, or not PID 1 of a container that takes everything with it):
+    a program that ignores SIGTERM still ends."""
+    tree = job(one_host_job(mpi))
+    pids = tree.root / "pids"
+    pids.mkdir()
+    tree.write_code("train.py", WAITS.format(ignore=True, pids=str(pids)))
+    process = start_running(tree, mpi)
+    # Opened before the kill, so a reused pid cannot pass for the program.
+    pidfds = {int(p.name): os.pidfd_open(int(p.name)) for p in pids.iterdir()}
+    assert len(pidfds) == (2 if mpi else 1)
+    try:
+        process.kill()
+        process.wait()  # not its output: a program left behind would hold the pipe open
+        assert still_running_after(pidfds, PROGRAM_GONE_SECONDS) == []
+    finally:
+        for pidfd in pidfds.values():
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            os.close(pidfd)
+        process.stdout.close()
 
 
 @pytest.mark.timeout(60)

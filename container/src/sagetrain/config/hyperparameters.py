@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sagetrain.config.mpi_options import PLAN_OWNED, options
 from sagetrain.errors import UserError
 
 SAGEMAKER_PREFIX = "sagemaker_"
@@ -135,6 +136,19 @@ class _Reader:
                 "close the quote or escape it with a backslash"
             ) from None
 
+    def mpi_options(self, key: str) -> tuple[str, ...]:
+        """mpirun options, without those that set how many ranks run where: the plan owns them."""
+        tokens = self.arguments(key)
+        owned = [flag for option, flag in options(tokens) if option in PLAN_OWNED]
+        if owned:
+            raise UserError(
+                f"{self.source} field {key} sets {owned[0]} ({self.decoded[key]!r}), but the launcher "
+                "decides how many ranks run on which hosts; remove it and set "
+                "sagemaker_mpi_num_of_processes_per_host (ranks per host) or sagemaker_mpi_num_processes "
+                "(fewer ranks in all) instead"
+            )
+        return tokens
+
     def string_list(self, key: str) -> tuple[str, ...] | None:
         value = self.decoded.get(key)
         if value is None:
@@ -177,7 +191,7 @@ def parse_settings(decoded: Mapping[str, Any], source: Path) -> JobSettings:
         mpi_enabled=read.boolean("sagemaker_mpi_enabled"),
         mpi_processes_per_host=read.integer("sagemaker_mpi_num_of_processes_per_host", minimum=1),
         mpi_num_processes=read.integer("sagemaker_mpi_num_processes", minimum=1),
-        custom_mpi_options=read.arguments("sagemaker_mpi_custom_mpi_options"),
+        custom_mpi_options=read.mpi_options("sagemaker_mpi_custom_mpi_options"),
         multi_worker_mirrored_enabled=read.boolean("sagemaker_multi_worker_mirrored_strategy_enabled"),
         parameter_server_enabled=read.boolean("sagemaker_parameter_server_enabled"),
         smddp_enabled=read.boolean("sagemaker_distributed_dataparallel_enabled"),

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from sagetrain.launch.job import FinalVerdict, JobSpec
+from sagetrain.launch.job import JobSpec, Report
 from sagetrain.plan.model import Engine, Role
 from sagetrain.report.verdict import Verdict
 
 
-def execute(spec: JobSpec, python: str, report: Callable[[Verdict], None]) -> Verdict:
-    """Run the job on this host as the plan says; the job's verdict (for a worker: the master's).
-    ``report`` is called once, as soon as the verdict is final: on a master before the other hosts
-    learn it."""
+def execute(spec: JobSpec, python: str, report: Report) -> Verdict:
+    """Run the job on this host as the plan says; the job's verdict (for a worker: the master's). The
+    engine calls ``report`` as soon as it has decided: before it stops what still runs, and on a master
+    before the other hosts learn the verdict."""
     from sagetrain.launch import mpi, single, tf_distribute
 
-    final = FinalVerdict(report)
     plan = spec.plan
     if plan.engine is Engine.HOROVOD:
         run = mpi.run_mpi_master if plan.role is Role.MASTER else mpi.run_mpi_worker
-        return final.settle(run(spec, final))
+        return run(spec, report)
     if plan.engine.uses_tf_config:
-        return final.settle(tf_distribute.run_tf_distribute(spec, python, final))
-    return final.settle(single.run_single(spec, final))
+        return tf_distribute.run_tf_distribute(spec, python, report)
+    return single.run_single(spec, report)

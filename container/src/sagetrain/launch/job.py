@@ -44,6 +44,12 @@ STOP_REPORT_SECONDS = 1.0
 LOST_HOST_NOTICE_SECONDS = 2.0
 
 
+# Makes a verdict final and writes the report; returns the final verdict (the first one reported). Every
+# engine calls it as soon as it has decided, before it stops what still runs and before the other hosts
+# learn the verdict: from then on a stop signal changes nothing (entry.py, JobEnd).
+Report = Callable[[Verdict], Verdict]
+
+
 @dataclass(frozen=True)
 class JobSpec:
     plan: Plan
@@ -81,25 +87,8 @@ def stop_grace(stop: Deadline) -> float:
     return grace.remaining()
 
 
-class FinalVerdict:
-    """The job's verdict, made final once: the first ``settle`` hands it to ``report`` (the entry writes the
-    success or failure file and from then on ignores SIGTERM/SIGINT) and every ``settle`` returns it. A
-    master settles before it sends the verdict to the other hosts, so a host that exits on the verdict,
-    and the stop signal SageMaker then sends the rest, cannot change or lose the master's report."""
-
-    def __init__(self, report: Callable[[Verdict], None]) -> None:
-        self._report = report
-        self._verdict: Verdict | None = None
-
-    def settle(self, verdict: Verdict) -> Verdict:
-        if self._verdict is None:
-            self._verdict = verdict
-            self._report(verdict)
-        return self._verdict
-
-
 def deliver_verdict(server: CoordinatorServer, verdict: Verdict, deadline: Deadline) -> None:
-    """Send the (settled) verdict to every host, wait until ``deadline`` for them to confirm, close."""
+    """Send the (final) verdict to every host, wait until ``deadline`` for them to confirm, close."""
     server.broadcast(verdict)
     still = server.wait_until_disconnected(deadline)
     if still:
@@ -134,6 +123,7 @@ def coordinator_address(plan: Plan, port: int) -> str:
 def start_program(
     spec: JobSpec, env: Mapping[str, str], events: EventQueue, name: str = "program"
 ) -> ManagedProcess:
+    # Should this entry die, the rank launcher ends its program itself (launch/rank.py, end_with_parent).
     process = ManagedProcess.start(
         [*spec.rank_launcher, *spec.program_argv], name=name, env=env, cwd=spec.code_dir
     )

@@ -2,9 +2,12 @@
 
 Master: coordinator up → every worker joined with its sshd host key and reported ready (our key is in
 its authorized_keys) → known_hosts written → mpirun → every rank said it started (bounded by
-sagetrain_launch_wait_seconds) → mpirun ends → verdict reported here, then broadcast.
+sagetrain_launch_wait_seconds) → mpirun ends (or a host is lost, or the start timed out) → verdict
+reported here → mpirun stopped if still running → verdict broadcast.
 Worker: host key → sshd → join the master → authorize its key → ready → wait for the verdict, or fail
-when the master is gone.
+when the master is gone. On SIGTERM a worker signals its ranks and still waits for the master's verdict
+(within the stop deadline): its ranks' stop is a collective with the others (rank 0's checkpoint), which
+needs this host, its sshd and mpirun's daemon up until the ranks have ended.
 """
 
 from __future__ import annotations
@@ -19,14 +22,16 @@ from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer
 from sagetrain.launch.events import (
     EventQueue,
     HostLost,
+    MasterLost,
     ProcessExited,
     RankFailed,
     RankStarted,
+    VerdictReceived,
 )
 from sagetrain.launch.job import (
     STOP_SECONDS,
-    FinalVerdict,
     JobSpec,
+    Report,
     coordinator_address,
     deliver_verdict,
     delivery_deadline,
@@ -47,7 +52,7 @@ from sagetrain.launch.sshd import (
     write_authorized_key,
 )
 from sagetrain.plan.model import Plan
-from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, mpirun_command
+from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, mpirun_command, option_keys
 from sagetrain.report.verdict import RankFailure, Verdict, root_failure
 
 log = logging.getLogger(__name__)
@@ -80,18 +85,27 @@ def end_mpirun(spec: JobSpec, mpirun: ManagedProcess, grace: float = TERMINATION
     signal_registered_ranks(spec.run_dir, signal.SIGKILL)
 
 
+# Custom options that place the ranks on the hosts another way than ours (-map-by slot).
+_PLACEMENT_OPTIONS = {("flag", "map-by"), ("flag", "rank-by")}
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """Ranks as the timeout names them: "rank 5", "ranks 4-7", "ranks [8, 10, 11]"."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    contiguous = ranks == list(range(ranks[0], ranks[-1] + 1))
+    return f"ranks {ranks[0]}-{ranks[-1]}" if contiguous else f"ranks {ranks}"
+
+
 def ranks_not_started(plan: Plan, started: set[int]) -> str:
-    """Which ranks have not said they started, per host ("algo-2: ranks 8-15"). Pure; mpirun fills the
-    hosts in order (``-map-by slot``)."""
-    missing = []
-    for index, host in enumerate(plan.hosts):
-        first = index * plan.processes_per_host
-        ranks = [r for r in range(first, first + plan.processes_on(host)) if r not in started]
-        if ranks:
-            span = str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
-            contiguous = ranks == list(range(ranks[0], ranks[-1] + 1))
-            missing.append(f"{host}: rank{'s' if len(ranks) > 1 else ''} {span if contiguous else ranks}")
-    return "; ".join(missing)
+    """Which ranks have not said they started, per host ("algo-2: ranks 8-15"); without hosts when the
+    custom options place the ranks their own way (where those ranks were meant to run is not known
+    here). Pure."""
+    if option_keys(plan.custom_mpi_options) & _PLACEMENT_OPTIONS:
+        missing = [rank for rank in range(plan.total_processes) if rank not in started]
+        return _ranks_text(missing) if missing else ""
+    per_host = {host: [r for r in plan.ranks_on(host) if r not in started] for host in plan.hosts}
+    return "; ".join(f"{host}: {_ranks_text(ranks)}" for host, ranks in per_host.items() if ranks)
 
 
 def ssh_setup(spec: JobSpec) -> SshSetup | None:
@@ -115,7 +129,7 @@ def mpi_launch(spec: JobSpec, coordinator: str) -> tuple[list[str], dict[str, st
     return command, env
 
 
-def run_mpi_master(spec: JobSpec, final: FinalVerdict) -> Verdict:
+def run_mpi_master(spec: JobSpec, report: Report) -> Verdict:
     plan = spec.plan
     events = EventQueue()
     files = SshFiles(spec.run_dir / "ssh")
@@ -137,53 +151,55 @@ def run_mpi_master(spec: JobSpec, final: FinalVerdict) -> Verdict:
     # fail too, and their reports can arrive first.
     failures: list[RankFailure] = []
     try:
-        if plan.multi_host:
-            log.info("waiting for %s to join at port %d", ", ".join(plan.workers), port)
-            hellos = wait_for_hosts(
-                events,
-                plan.workers,
-                until_ready=True,
-                deadline=spec.worker_wait(f"worker hosts to join master host {plan.master} on port {port}"),
-            )
-            host_keys = {host: str(hello.get("ssh_host_key", "")) for host, hello in hellos.items()}
-            files.known_hosts.write_text(known_hosts_text(host_keys, plan.ssh_port))
-        command, env = mpi_launch(spec, coordinator_address(plan, port))
-        log.info("mpirun command: %s", shlex.join(command))
         try:
-            mpirun = ManagedProcess.start(command, name="mpirun", env=env, cwd=spec.code_dir)
-        except FileNotFoundError:
-            raise PlatformError("mpirun is not installed in this image") from None
-        mpirun.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
-        verdict = _watch_mpirun(spec, events, mpirun, failures)
-    except Terminated as stopped:
-        stop = stop_deadline()
-        if mpirun is not None:
-            stop_job(spec, mpirun, stop)
-            verdict = stopped_verdict(stopped, events, failures, stop)
-        else:
-            verdict = Verdict(stopped.exit_code, stopped.cause)
-    except SagetrainError as error:
-        verdict = Verdict(error.exit_code, error.cause)
+            if plan.multi_host:
+                log.info("waiting for %s to join at port %d", ", ".join(plan.workers), port)
+                hellos = wait_for_hosts(
+                    events,
+                    plan.workers,
+                    until_ready=True,
+                    deadline=spec.worker_wait(
+                        f"worker hosts to join master host {plan.master} on port {port}"
+                    ),
+                )
+                host_keys = {host: str(hello.get("ssh_host_key", "")) for host, hello in hellos.items()}
+                files.known_hosts.write_text(known_hosts_text(host_keys, plan.ssh_port))
+            command, env = mpi_launch(spec, coordinator_address(plan, port))
+            log.info("mpirun command: %s", shlex.join(command))
+            try:
+                mpirun = ManagedProcess.start(command, name="mpirun", env=env, cwd=spec.code_dir)
+            except FileNotFoundError:
+                raise PlatformError("mpirun is not installed in this image") from None
+            mpirun.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
+            verdict = _watch_mpirun(spec, events, failures)
+        except Terminated as stopped:
+            stop = stop_deadline()
+            if mpirun is not None:
+                stop_job(spec, mpirun, stop)
+                verdict = stopped_verdict(stopped, events, failures, stop)
+            else:
+                verdict = Verdict(stopped.exit_code, stopped.cause)
+        except SagetrainError as error:
+            verdict = Verdict(error.exit_code, error.cause)
+        # Final before mpirun is stopped and before the workers learn it (a worker exits on the verdict,
+        # and SageMaker then stops us): a stop signal from here on changes nothing.
+        verdict = report(verdict)
     finally:
         if mpirun is not None and mpirun.poll() is None:
             end_mpirun(spec, mpirun)
-    # Reported before the workers learn it: a worker exits on the verdict, and SageMaker then stops us.
-    verdict = final.settle(verdict)
     deliver_verdict(server, verdict, delivery_deadline(stop))
     return verdict
 
 
-def _watch_mpirun(
-    spec: JobSpec, events: EventQueue, mpirun: ManagedProcess, failures: list[RankFailure]
-) -> Verdict:
-    """From mpirun's start to its end: every rank must say it started within the launch wait."""
+def _watch_mpirun(spec: JobSpec, events: EventQueue, failures: list[RankFailure]) -> Verdict:
+    """The verdict, from mpirun's start: mpirun's end, a lost host, or ranks that did not say they
+    started within the launch wait (mpirun may still run then: the caller stops it)."""
     plan = spec.plan
     started: set[int] = set()
     launch = spec.launch_wait(f"mpirun to start all {plan.total_processes} ranks")
     while True:
         event = events.get(launch if len(started) < plan.total_processes else None)
         if event is None:
-            end_mpirun(spec, mpirun)
             return Verdict(
                 ExitCode.PLATFORM_ERROR,
                 launch.timeout_message(f"not started: {ranks_not_started(plan, started)}"),
@@ -205,13 +221,12 @@ def _watch_mpirun(
                 )
             return verdict_for_exit(spec, event.exit_code, root, what="mpirun")
         elif isinstance(event, HostLost):
-            end_mpirun(spec, mpirun)
             return Verdict(
                 ExitCode.PLATFORM_ERROR, f"lost host {event.host} ({event.reason}); mpirun was stopped"
             )
 
 
-def run_mpi_worker(spec: JobSpec, final: FinalVerdict) -> Verdict:
+def run_mpi_worker(spec: JobSpec, report: Report) -> Verdict:
     plan = spec.plan
     events = EventQueue()
     files = SshFiles(spec.run_dir / "ssh")
@@ -219,32 +234,42 @@ def run_mpi_worker(spec: JobSpec, final: FinalVerdict) -> Verdict:
         events, plan.master, plan.coordinator_port, plan.current_host, job_hosts=plan.hosts
     )
     sshd: ManagedProcess | None = None
+    joined = False
     try:
-        running_sshd, host_public_key = start_sshd(files, plan.ssh_port)
-        sshd = running_sshd.process
-        running_sshd.wait_until_listening(
-            Deadline(SSHD_START_SECONDS, f"sshd on this host to listen on port {plan.ssh_port}")
-        )
-        sshd.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
-        welcome = client.join(
-            {"ssh_host_key": host_public_key},
-            spec.worker_wait(
-                f"master host {plan.master} to accept this host on port {plan.coordinator_port}"
-            ),
-        )
-        write_authorized_key(files, str(welcome.get("ssh_client_key", "")))
-        client.send({"type": "ready"})
-        client.listen()
-        log.info("joined master host %s; ranks will be started by its mpirun", plan.master)
-        # Settled as soon as known: stopping sshd and the ranks left here must not change it.
-        return final.settle(_await_verdict(plan, events))
-    except SagetrainError as error:
-        return final.settle(Verdict(error.exit_code, error.cause))
+        try:
+            running_sshd, host_public_key = start_sshd(files, plan.ssh_port)
+            sshd = running_sshd.process
+            running_sshd.wait_until_listening(
+                Deadline(SSHD_START_SECONDS, f"sshd on this host to listen on port {plan.ssh_port}")
+            )
+            sshd.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
+            welcome = client.join(
+                {"ssh_host_key": host_public_key},
+                spec.worker_wait(
+                    f"master host {plan.master} to accept this host on port {plan.coordinator_port}"
+                ),
+            )
+            write_authorized_key(files, str(welcome.get("ssh_client_key", "")))
+            client.send({"type": "ready"})
+            client.listen()
+            joined = True
+            log.info("joined master host %s; ranks will be started by its mpirun", plan.master)
+            verdict = _await_verdict(plan, events)
+        except Terminated as stopped:
+            verdict = Verdict(stopped.exit_code, stopped.cause)
+            if joined:
+                signal_registered_ranks(spec.run_dir)
+                verdict = _masters_verdict_after_stop(events, stop_deadline()) or verdict
+        except SagetrainError as error:
+            verdict = Verdict(error.exit_code, error.cause)
+        # Final before sshd and the ranks left here are stopped: that must not change it.
+        verdict = report(verdict)
     finally:
         signal_registered_ranks(spec.run_dir)
         client.close()
         if sshd is not None:
             sshd.terminate_tree()
+    return verdict
 
 
 def _await_verdict(plan: Plan, events: EventQueue) -> Verdict:
@@ -258,3 +283,14 @@ def _await_verdict(plan: Plan, events: EventQueue) -> Verdict:
                 ExitCode.PLATFORM_ERROR,
                 f"sshd on host {plan.current_host} exited with code {event.exit_code} during the job",
             )
+
+
+def _masters_verdict_after_stop(events: EventQueue, stop: Deadline) -> Verdict | None:
+    """After SIGTERM: the verdict the master sends within ``stop`` (with what rank 0 said about its
+    checkpoint); None when the master is gone first or it does not come."""
+    while (event := events.get(stop)) is not None:
+        if isinstance(event, VerdictReceived):
+            return event.verdict
+        if isinstance(event, MasterLost):
+            return None
+    return None

@@ -14,6 +14,7 @@ import collections
 import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -25,7 +26,8 @@ from typing import IO, Any
 
 from sagetrain.config.files import read_json_object
 from sagetrain.config.paths import Paths, root_from_environ
-from sagetrain.errors import SagetrainError
+from sagetrain.config.toolkit_env import with_fields
+from sagetrain.errors import PlatformError, SagetrainError
 from sagetrain.launch.coordinator import send_rank_failure, send_rank_started
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.report.verdict import RankFailure
@@ -58,10 +60,16 @@ class HostFacts:
 
     def write(self, run_dir: Path) -> Path:
         path = run_dir / HOST_FACTS_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(asdict(self)), encoding="utf-8")
-        temporary.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.{os.getpid()}")
+            temporary.write_text(json.dumps(asdict(self)), encoding="utf-8")
+            temporary.replace(path)
+        except OSError as error:
+            raise PlatformError(
+                f"cannot write {path} ({error.strerror or error}); SAGETRAIN_RUN_DIR must name a folder "
+                "this host can write"
+            ) from None
         return path
 
     @classmethod
@@ -73,13 +81,6 @@ class HostFacts:
         except (OSError, ValueError, TypeError, KeyError):
             return None
         return facts if facts.host == host else None
-
-
-def sm_value(value: Any) -> str:
-    """A value as sagemaker_training's to_env_vars writes it."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def host_resource_config(resource_config: Mapping[str, Any], host: str) -> dict[str, Any]:
@@ -123,20 +124,7 @@ def own_host_variables(
         )
     if facts is not None:
         fields.update(num_gpus=facts.num_gpus, num_cpus=facts.num_cpus)
-    updates = {f"SM_{name.upper()}": sm_value(value) for name, value in fields.items()}
-    updates["CURRENT_HOST"] = current_host
-    raw = environ.get("SM_TRAINING_ENV")
-    if raw:
-        try:
-            training_env = json.loads(raw)
-        except ValueError:
-            training_env = None
-        if isinstance(training_env, dict):
-            training_env.update(fields)
-            if "master_hostname" in training_env:
-                training_env["is_master"] = training_env["master_hostname"] == current_host
-            updates["SM_TRAINING_ENV"] = sm_value(training_env)
-    return updates
+    return {**with_fields(environ, fields), "CURRENT_HOST": current_host}
 
 
 def _copy_lines(
@@ -165,10 +153,28 @@ def coordinator_address(value: str, own_host: str) -> tuple[str, int] | None:
     return ("127.0.0.1" if host == own_host else host), int(port)
 
 
+def end_with_parent(parent: int, program: ManagedProcess) -> None:
+    """Once ``parent`` (whoever started this launcher: the entry, mpirun or orted) has exited, SIGKILL
+    this launcher's process group: the program, whatever it started, and this launcher. Nothing else
+    stops the rank then: its signals come from that parent. Blocks; run it on a thread."""
+    try:
+        pidfd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        pidfd = None  # gone already
+    except OSError:
+        return  # no pidfd on this kernel: the program still dies with this launcher
+    if pidfd is not None and os.getppid() == parent:
+        select.select([pidfd], [], [])  # readable once the parent has exited
+    if os.getpgid(0) == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    program.signal(signal.SIGKILL)  # a launcher that leads no group (started by hand) stops its program
+
+
 def run_rank(argv: list[str], environ: MutableMapping[str, str]) -> int:
     if not argv:
         print("usage: sagetrain-rank -- PROGRAM [ARG...]", file=sys.stderr)
         return 2
+    parent = os.getppid()
     run_dir = Path(environ.get("SAGETRAIN_RUN_DIR", DEFAULT_RUN_DIR))
     try:
         resource_config: dict[str, Any] | None = read_json_object(
@@ -194,17 +200,19 @@ def run_rank(argv: list[str], environ: MutableMapping[str, str]) -> int:
     error_file.unlink(missing_ok=True)
     env["SAGETRAIN_ERROR_FILE"] = str(error_file)
 
+    # The program runs in this launcher's process group, so a signal for the rank (OpenMPI and the entry
+    # signal the rank launcher's group) reaches the program and whatever it started, SIGKILL included:
+    # nothing is passed on, or the program would get it twice. Only a signal that came before the program
+    # existed (while the master acknowledges the start) is passed on. Handlers go in before the program
+    # starts: SIGTERM's default would kill this launcher alone.
+    received: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: received.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
     address = coordinator_address(environ.get("SAGETRAIN_COORDINATOR", ""), current_host)
     if address is not None:  # the master bounds mpirun's start by these (launch/mpi.py)
         send_rank_started(*address, rank, current_host or "unknown")
 
-    # The program runs in this launcher's process group, so a signal for the rank (OpenMPI and the entry
-    # signal the rank launcher's group) reaches the program and whatever it started, SIGKILL included:
-    # nothing is passed on, or the program would get it twice. Only a signal that came before the program
-    # existed is passed on. Handlers go in first: SIGTERM's default would kill this launcher alone.
-    received: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, _frame: received.append(signum))
-    signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    before_start = len(received)
     program = ManagedProcess.start(
         argv,
         name="rank",
@@ -214,8 +222,9 @@ def run_rank(argv: list[str], environ: MutableMapping[str, str]) -> int:
         new_session=False,
         parent_death_signal=signal.SIGKILL,  # the program never outlives its launcher
     )
-    for signum in list(received):  # arrived while the program was starting
+    for signum in received[:before_start]:  # later ones reached the program through the group
         program.signal(signum)
+    threading.Thread(target=end_with_parent, args=(parent, program), name="parent", daemon=True).start()
     # Registered so the entry on this host can stop the ranks (sshd/orted started them on a worker).
     registry = run_dir / "ranks" / str(os.getpid())
     registry.parent.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,8 @@ from sagetrain.errors import SagetrainError, Terminated
 from sagetrain.launch.coordinator import CoordinatorServer
 from sagetrain.launch.events import EventQueue, ProcessExited, RankFailed
 from sagetrain.launch.job import (
-    FinalVerdict,
     JobSpec,
+    Report,
     start_program,
     stop_deadline,
     stop_grace,
@@ -30,7 +30,7 @@ def single_env(spec: JobSpec, coordinator_port: int) -> dict[str, str]:
     }
 
 
-def run_single(spec: JobSpec, final: FinalVerdict) -> Verdict:
+def run_single(spec: JobSpec, report: Report) -> Verdict:
     events = EventQueue()
     # Only for the rank launcher's failure report: loopback, any free port.
     server = CoordinatorServer(events, (), lambda hello: {}, bind_address="127.0.0.1", port=0)
@@ -38,22 +38,27 @@ def run_single(spec: JobSpec, final: FinalVerdict) -> Verdict:
     program: ManagedProcess | None = None
     failures: list[RankFailure] = []
     try:
-        program = start_program(spec, single_env(spec, port), events)
-        while True:
-            event = events.get()
-            if isinstance(event, RankFailed):
-                failures.append(event.failure)
-            elif isinstance(event, ProcessExited):
-                root = failures[0] if failures else None
-                return final.settle(verdict_for_exit(spec, event.exit_code, root))
-    except Terminated as stopped:
-        stop = stop_deadline()
-        if program is not None:
-            program.terminate_tree(grace=stop_grace(stop))
-        return final.settle(stopped_verdict(stopped, events, failures, stop))
-    except SagetrainError as error:
-        return final.settle(Verdict(error.exit_code, error.cause))
+        try:
+            program = start_program(spec, single_env(spec, port), events)
+            verdict = _program_verdict(spec, events, failures)
+        except Terminated as stopped:
+            stop = stop_deadline()
+            if program is not None:
+                program.terminate_tree(grace=stop_grace(stop))
+            verdict = stopped_verdict(stopped, events, failures, stop)
+        except SagetrainError as error:
+            verdict = Verdict(error.exit_code, error.cause)
+        return report(verdict)
     finally:
         if program is not None and program.poll() is None:
             program.terminate_tree()
         server.close()
+
+
+def _program_verdict(spec: JobSpec, events: EventQueue, failures: list[RankFailure]) -> Verdict:
+    while True:
+        event = events.get()
+        if isinstance(event, RankFailed):
+            failures.append(event.failure)
+        elif isinstance(event, ProcessExited):
+            return verdict_for_exit(spec, event.exit_code, failures[0] if failures else None)

@@ -23,9 +23,9 @@ from sagetrain.launch.events import (
     RankFailed,
 )
 from sagetrain.launch.job import (
-    FinalVerdict,
     JobFailedEarly,
     JobSpec,
+    Report,
     coordinator_address,
     deliver_verdict,
     delivery_deadline,
@@ -80,7 +80,7 @@ def parameter_server_env(spec: JobSpec, host: str) -> dict[str, str]:
     return {**spec.env, "TF_CONFIG": json.dumps(tf_config(spec.plan, host, TaskType.PS))}
 
 
-def run_tf_distribute(spec: JobSpec, python: str, final: FinalVerdict) -> Verdict:
+def run_tf_distribute(spec: JobSpec, python: str, report: Report) -> Verdict:
     plan = spec.plan
     events = EventQueue()
     is_master = plan.role is Role.MASTER
@@ -89,70 +89,73 @@ def run_tf_distribute(spec: JobSpec, python: str, final: FinalVerdict) -> Verdic
     processes: list[ManagedProcess] = []
     stop: Deadline | None = None
     try:
-        if is_master:
-            bind = ("0.0.0.0", plan.coordinator_port) if plan.multi_host else ("127.0.0.1", 0)
-            server = CoordinatorServer(
-                events,
-                plan.workers,
-                lambda hello: {},
-                bind_address=bind[0],
-                port=bind[1],
-                job_hosts=plan.hosts,
-            )
-            port = server.start()
-            coordinator = coordinator_address(plan, port)
-            wait_for_hosts(
-                events,
-                plan.workers,
-                until_ready=False,
-                deadline=spec.worker_wait(f"worker hosts to join master host {plan.master} on port {port}"),
-            )
-        else:
-            client = CoordinatorClient(
-                events, plan.master, plan.coordinator_port, plan.current_host, job_hosts=plan.hosts
-            )
-            client.join(
-                {},
-                spec.worker_wait(
-                    f"master host {plan.master} to accept this host on port {plan.coordinator_port}"
-                ),
-            )
-            client.listen()
-            coordinator = coordinator_address(plan, plan.coordinator_port)
-        if plan.engine is Engine.PARAMETER_SERVER:
-            ps = ManagedProcess.start(
-                [python, "-m", PS_SERVER_MODULE], name="ps", env=parameter_server_env(spec, plan.current_host)
-            )
-            ps.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
-            processes.append(ps)
-        processes.append(start_program(spec, program_env(spec, coordinator, plan.current_host), events))
-        verdict = _master_loop(spec, events) if is_master else _worker_loop(spec, events, client)
-        # Settled before the processes still running are stopped: that must not change it.
-        verdict = final.settle(verdict)
-    except JobFailedEarly as failed:
-        verdict = failed.verdict
-    except Terminated as stopped:
-        stop = stop_deadline()
-        # All at once: the program must not outlive its parameter server by a whole grace period.
-        for process in processes:
-            process.signal_tree(signal.SIGTERM)
-        for process in processes:
-            process.terminate_tree(grace=stop_grace(stop))
-        if is_master and processes:  # every host's program reports to the master's coordinator
-            verdict = stopped_verdict(stopped, events, [], stop)
-        else:
-            verdict = Verdict(stopped.exit_code, stopped.cause)
-    except SagetrainError as error:
-        verdict = Verdict(error.exit_code, error.cause)
+        try:
+            if is_master:
+                bind = ("0.0.0.0", plan.coordinator_port) if plan.multi_host else ("127.0.0.1", 0)
+                server = CoordinatorServer(
+                    events,
+                    plan.workers,
+                    lambda hello: {},
+                    bind_address=bind[0],
+                    port=bind[1],
+                    job_hosts=plan.hosts,
+                )
+                port = server.start()
+                coordinator = coordinator_address(plan, port)
+                wait_for_hosts(
+                    events,
+                    plan.workers,
+                    until_ready=False,
+                    deadline=spec.worker_wait(
+                        f"worker hosts to join master host {plan.master} on port {port}"
+                    ),
+                )
+            else:
+                client = CoordinatorClient(
+                    events, plan.master, plan.coordinator_port, plan.current_host, job_hosts=plan.hosts
+                )
+                client.join(
+                    {},
+                    spec.worker_wait(
+                        f"master host {plan.master} to accept this host on port {plan.coordinator_port}"
+                    ),
+                )
+                client.listen()
+                coordinator = coordinator_address(plan, plan.coordinator_port)
+            if plan.engine is Engine.PARAMETER_SERVER:
+                ps = ManagedProcess.start(
+                    [python, "-m", PS_SERVER_MODULE],
+                    name="ps",
+                    env=parameter_server_env(spec, plan.current_host),
+                )
+                ps.on_exit(lambda p, code: events.put(ProcessExited(p.name, code)))
+                processes.append(ps)
+            processes.append(start_program(spec, program_env(spec, coordinator, plan.current_host), events))
+            verdict = _master_loop(spec, events) if is_master else _worker_loop(spec, events, client)
+        except JobFailedEarly as failed:
+            verdict = failed.verdict
+        except Terminated as stopped:
+            stop = stop_deadline()
+            # All at once: the program must not outlive its parameter server by a whole grace period.
+            for process in processes:
+                process.signal_tree(signal.SIGTERM)
+            for process in processes:
+                process.terminate_tree(grace=stop_grace(stop))
+            if is_master and processes:  # every host's program reports to the master's coordinator
+                verdict = stopped_verdict(stopped, events, [], stop)
+            else:
+                verdict = Verdict(stopped.exit_code, stopped.cause)
+        except SagetrainError as error:
+            verdict = Verdict(error.exit_code, error.cause)
+        # Final before the processes still running are stopped and before the workers learn it (a worker
+        # exits on it, and SageMaker then stops the other containers): a stop signal changes nothing now.
+        verdict = report(verdict)
     finally:
         for process in processes:
             if process.poll() is None:
                 process.terminate_tree()
         if client is not None:
             client.close()
-    # A master reports before the workers learn the verdict: a worker exits on it, and SageMaker then
-    # stops the other containers.
-    verdict = final.settle(verdict)
     if server is not None:
         deliver_verdict(server, verdict, delivery_deadline(stop))
     return verdict

@@ -60,9 +60,13 @@ class Plan:
     def workers(self) -> tuple[str, ...]:
         return tuple(h for h in self.hosts if h != self.master)
 
-    def processes_on(self, host: str) -> int:
-        """How many ranks run on ``host`` (MPI fills hosts in order, ``-map-by slot``)."""
+    def ranks_on(self, host: str) -> range:
+        """The ranks that run on ``host`` (MPI fills hosts in order, ``-map-by slot``)."""
         if host not in self.hosts:
-            return 0
-        before = self.hosts.index(host) * self.processes_per_host
-        return max(0, min(self.processes_per_host, self.total_processes - before))
+            return range(0)
+        first = self.hosts.index(host) * self.processes_per_host
+        return range(first, max(first, min(first + self.processes_per_host, self.total_processes)))
+
+    def processes_on(self, host: str) -> int:
+        """How many ranks run on ``host``."""
+        return len(self.ranks_on(host))

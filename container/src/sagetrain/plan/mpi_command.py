@@ -1,7 +1,9 @@
 """The mpirun argument list: our defaults, then ``sagemaker_mpi_custom_mpi_options``, which override them.
 
 OpenMPI refuses an MCA parameter given twice on one command line, so "override" means: a default whose
-option the custom options also give is dropped, then the custom options are appended as written.
+option the custom options also give is dropped, then the custom options are appended as written. The
+options that set how many ranks run where (``-np``, ``-H``...) are refused when hyperparameters.json is
+read (config/mpi_options.py): the plan owns them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sagetrain.config.mpi_options import option_key, option_keys
 from sagetrain.plan.model import Plan
 
 # Variables that belong to one process or to mpirun itself and must not be copied to every rank.
@@ -17,8 +20,6 @@ _NOT_FORWARDED = frozenset(
     {"HOSTNAME", "HOME", "PWD", "OLDPWD", "SHLVL", "_", "TERM", "SHELL", "USER", "LOGNAME"}
 )
 _NOT_FORWARDED_PREFIXES = ("OMPI_", "PMIX_", "OPAL_", "SSH_", "BASH_FUNC_")
-_FLAG_ALIASES = {"n": "np", "c": "np", "host": "H", "bind-to": "bind-to", "map-by": "map-by"}
-_FLAGS_WITH_VALUE = frozenset({"np", "H", "hostfile", "bind-to", "map-by", "rank-by", "npernode", "x", "mca"})
 
 
 @dataclass(frozen=True)
@@ -54,32 +55,6 @@ def forwarded_env_names(env: Mapping[str, str]) -> list[str]:
     return sorted(
         name for name in env if name not in _NOT_FORWARDED and not name.startswith(_NOT_FORWARDED_PREFIXES)
     )
-
-
-def _option_key(tokens: Sequence[str], index: int) -> tuple[tuple[str, str], int]:
-    """The identity of the option starting at ``tokens[index]`` and how many tokens it spans."""
-    name = tokens[index].lstrip("-")
-    name = _FLAG_ALIASES.get(name, name)
-    if name == "mca" and index + 1 < len(tokens):
-        return ("mca", tokens[index + 1]), 3
-    if name == "x" and index + 1 < len(tokens):
-        return ("x", tokens[index + 1].split("=", 1)[0]), 2
-    if name in _FLAGS_WITH_VALUE:
-        return ("flag", name), 2
-    return ("flag", name), 1
-
-
-def option_keys(tokens: Sequence[str]) -> set[tuple[str, str]]:
-    keys = set()
-    index = 0
-    while index < len(tokens):
-        if tokens[index].startswith("-"):
-            key, span = _option_key(tokens, index)
-            keys.add(key)
-            index += span
-        else:
-            index += 1
-    return keys
 
 
 def host_list(plan: Plan) -> str:
@@ -127,7 +102,7 @@ def mpirun_command(
     overridden = option_keys(plan.custom_mpi_options)
     command = [mpirun]
     for option in defaults:
-        key, _ = _option_key(option, 0)
+        key, _ = option_key(option, 0)
         if key not in overridden:
             command += option
     command += plan.custom_mpi_options

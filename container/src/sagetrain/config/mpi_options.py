@@ -1,0 +1,54 @@
+"""mpirun options as ``sagemaker_mpi_custom_mpi_options`` gives them: which option each one is. Pure.
+
+An option's identity ignores how it is spelled (``-n``/``-np``, ``--host``/``-H``, ``-mca``/``--mca``)
+and, for ``-mca`` and ``-x``, includes the parameter or variable it sets: two options with one identity
+set the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_FLAG_ALIASES = {
+    "n": "np",
+    "c": "np",
+    "host": "H",
+    "machinefile": "hostfile",
+    "default-hostfile": "hostfile",
+    "N": "npernode",
+}
+_FLAGS_WITH_VALUE = frozenset({"np", "H", "hostfile", "bind-to", "map-by", "rank-by", "npernode", "x", "mca"})
+# How many ranks run and on which hosts: the plan decides (the launcher waits for, and names, the ranks it
+# planned on the hosts whose sshd it set up), so the custom options may not.
+PLAN_OWNED = frozenset({("flag", "np"), ("flag", "H"), ("flag", "hostfile"), ("flag", "npernode")})
+
+
+def option_key(tokens: Sequence[str], index: int) -> tuple[tuple[str, str], int]:
+    """The identity of the option starting at ``tokens[index]`` and how many tokens it spans."""
+    name = tokens[index].lstrip("-")
+    name = _FLAG_ALIASES.get(name, name)
+    if name == "mca" and index + 1 < len(tokens):
+        return ("mca", tokens[index + 1]), 3
+    if name == "x" and index + 1 < len(tokens):
+        return ("x", tokens[index + 1].split("=", 1)[0]), 2
+    if name in _FLAGS_WITH_VALUE:
+        return ("flag", name), 2
+    return ("flag", name), 1
+
+
+def options(tokens: Sequence[str]) -> list[tuple[tuple[str, str], str]]:
+    """Every option in ``tokens``: its identity and its flag as written."""
+    found = []
+    index = 0
+    while index < len(tokens):
+        if tokens[index].startswith("-"):
+            key, span = option_key(tokens, index)
+            found.append((key, tokens[index]))
+            index += span
+        else:
+            index += 1
+    return found
+
+
+def option_keys(tokens: Sequence[str]) -> set[tuple[str, str]]:
+    return {key for key, _ in options(tokens)}
