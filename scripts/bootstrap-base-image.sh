@@ -48,12 +48,16 @@ while [ $# -gt 0 ]; do
     *) echo "bootstrap-base-image: unknown argument '$1'; see --help" >&2; exit 2 ;;
   esac
 done
-case "$suite" in
-  ''|bullseye|bookworm|trixie) ;;
-  *) echo "bootstrap-base-image: --suite '$suite' is not a Debian release this script builds;" \
-       "use bullseye, bookworm or trixie" >&2
-     exit 2 ;;
-esac
+# The Debian releases this script builds; anything else is an error, not a guess.
+check_suite() {  # SUITE WHERE-IT-CAME-FROM
+  case "$1" in
+    bullseye|bookworm|trixie) ;;
+    *) echo "bootstrap-base-image: $2 is not a Debian release this script builds;" \
+         "pass --suite bookworm (or bullseye, trixie)" >&2
+       exit 2 ;;
+  esac
+}
+[ -z "$suite" ] || check_suite "$suite" "--suite '$suite'"
 
 if [ "$force" = false ] && docker image inspect "$image" >/dev/null 2>&1; then
   echo "base image $image: present"
@@ -72,13 +76,7 @@ if [ -z "$suite" ]; then
     *) tag=latest ;;
   esac
   suite=${tag%-slim}
-  case "$suite" in
-    bullseye|bookworm|trixie) ;;
-    *)
-      echo "bootstrap-base-image: cannot tell the Debian release from the tag '$tag' of image $image;" \
-        "pass --suite bookworm (or bullseye, trixie)" >&2
-      exit 2 ;;
-  esac
+  check_suite "$suite" "the tag '$tag' of image $image"
 fi
 if ! command -v debootstrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

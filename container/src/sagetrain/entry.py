@@ -18,13 +18,12 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any, NoReturn
 
 from sagetrain.config import JobConfig, Paths, load_job_config, root_from_environ
 from sagetrain.config.devices import detect_devices, driver_warnings
 from sagetrain.config.hyperparameters import user_hyperparameters
-from sagetrain.config.paths import ROOT_ENV
+from sagetrain.config.paths import ROOT_ENV, RUN_DIR_ENV, run_dir_from_environ
 from sagetrain.config.toolkit_env import sm_value, with_fields
 from sagetrain.errors import ExitCode, PlatformError, SagetrainError, Terminated
 from sagetrain.launch.job import JobSpec, Report
@@ -41,8 +40,6 @@ from sagetrain.run.program import (
 )
 
 log = logging.getLogger("sagetrain")
-
-DEFAULT_RUN_DIR = Path("/run/sagetrain")
 
 
 class _NonEmptyDict(dict):
@@ -182,7 +179,7 @@ def build_spec(
     )
     toolkit_hps = {**config.toolkit_hyperparameters, **user_hps}
     argv = program_argv(program, to_cmd_args(user_hps), sys.executable)
-    run_dir = run_dir_of(environ)
+    run_dir = run_dir_from_environ(environ)
     job_env = {
         **environ,
         **toolkit_env_vars(config, toolkit_hps, gpus=gpus, cpus=cpus, dry_run=dry_run),
@@ -192,7 +189,7 @@ def build_spec(
             "SAGETRAIN_ENGINE": plan.engine.value,
             "SAGETRAIN_PROGRAM": program.name,
             "SAGETRAIN_MASTER_HOST": plan.master,
-            "SAGETRAIN_RUN_DIR": str(run_dir),
+            RUN_DIR_ENV: str(run_dir),
             ROOT_ENV: str(config.paths.root),
         }
     )
@@ -206,10 +203,6 @@ def build_spec(
         code_dir=program.code_dir,
         interface=interface,
     )
-
-
-def run_dir_of(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("SAGETRAIN_RUN_DIR") or DEFAULT_RUN_DIR)
 
 
 def run_job(environ: Mapping[str, str], report: Report) -> Verdict:
@@ -235,7 +228,8 @@ def run_job(environ: Mapping[str, str], report: Report) -> Verdict:
     program = prepare_program(config)
     spec = build_spec(config, plan, program, environ, resolve_interface(plan), gpus=devices.gpus)
     # For the ranks mpirun starts here with the master's environment (launch/rank.py).
-    facts = HostFacts(plan.current_host, int(spec.env["SM_NUM_GPUS"]), int(spec.env["SM_NUM_CPUS"]))
+    # The CPU count as sagemaker_training counts it, since that is what SM_NUM_CPUS says on this host.
+    facts = HostFacts(plan.current_host, devices.gpus, int(spec.env["SM_NUM_CPUS"]))
     facts.write(spec.run_dir)
     return execute(spec, sys.executable, report)
 

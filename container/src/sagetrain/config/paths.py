@@ -11,9 +11,20 @@ DEFAULT_ROOT = Path("/opt/ml")
 ROOT_ENV = "SAGEMAKER_BASE_DIR"
 
 
+# The job's own scratch space on this host (rank registry, error files, host facts, ssh files), outside
+# /opt/ml: nothing there is the user's. Overridable for tests.
+DEFAULT_RUN_DIR = Path("/run/sagetrain")
+RUN_DIR_ENV = "SAGETRAIN_RUN_DIR"
+
+
 def root_from_environ(environ: Mapping[str, str]) -> Path:
     value = environ.get(ROOT_ENV)
     return Path(value) if value else DEFAULT_ROOT
+
+
+def run_dir_from_environ(environ: Mapping[str, str]) -> Path:
+    value = environ.get(RUN_DIR_ENV)
+    return Path(value) if value else DEFAULT_RUN_DIR
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ from sagetrain.report.verdict import RankFailure, Verdict
 log = logging.getLogger(__name__)
 
 MAX_CONNECT_BACKOFF_SECONDS = 2.0
+# How long a rank launcher keeps trying to deliver its reports (each attempt waits for the master's ack).
+RANK_START_REPORT_SECONDS = 30.0
+RANK_FAILURE_REPORT_SECONDS = 5.0
 
 
 def _enable_keepalive(sock: socket.socket) -> None:
@@ -313,23 +316,45 @@ class CoordinatorClient:
             self._connection.close()
 
 
-def send_rank_report(host: str, port: int, message: dict[str, Any], timeout: float = 5.0) -> bool:
-    """Send a rank's report to the master and wait for its ack (so the report precedes what follows)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            connection = Connection(sock)
-            connection.send(message)
-            answer = connection.receive()
-            return bool(answer and answer.get("type") == "ack")
-    except OSError:
-        return False
+def send_rank_report(host: str, port: int, message: dict[str, Any], deadline: Deadline) -> bool:
+    """Send a rank's report to the master and wait for its ack (so the report precedes what follows).
+    Retried with a growing pause while the master's port does not answer (its accept queue may be full
+    when many ranks start at once), until ``deadline``; False if it never acknowledged."""
+    backoff = 0.1
+    between_attempts = threading.Event()  # never set: its timed wait is the pause between attempts
+    while True:
+        try:
+            with socket.create_connection(
+                (host, port), timeout=max(0.1, min(5.0, deadline.remaining()))
+            ) as sock:
+                connection = Connection(sock)
+                connection.send(message)
+                answer = connection.receive()
+                return bool(answer and answer.get("type") == "ack")
+        except OSError:
+            pass
+        if deadline.expired():
+            return False
+        between_attempts.wait(min(backoff, deadline.remaining()))
+        backoff = min(backoff * 2, MAX_CONNECT_BACKOFF_SECONDS)
 
 
-def send_rank_failure(host: str, port: int, failure: RankFailure, timeout: float = 5.0) -> bool:
+def send_rank_failure(
+    host: str, port: int, failure: RankFailure, seconds: float = RANK_FAILURE_REPORT_SECONDS
+) -> bool:
     """Report a failed rank to the master and wait for its ack (so the report precedes the exit)."""
-    return send_rank_report(host, port, failure.to_message(), timeout)
+    return send_rank_report(
+        host, port, failure.to_message(), Deadline(seconds, "the master to take this rank's failure report")
+    )
 
 
-def send_rank_started(host: str, port: int, rank: int, rank_host: str, timeout: float = 5.0) -> bool:
-    """Tell the master that rank ``rank`` on ``rank_host`` is starting its program."""
-    return send_rank_report(host, port, {"type": "rank_started", "rank": rank, "host": rank_host}, timeout)
+def send_rank_started(
+    host: str, port: int, rank: int, rank_host: str, seconds: float = RANK_START_REPORT_SECONDS
+) -> bool:
+    """Tell the master that rank ``rank`` on ``rank_host`` is starting its program: the master ends the
+    job when a rank has not said so within sagetrain_launch_wait_seconds, so a lost report costs a
+    healthy job; worth a few retries."""
+    message = {"type": "rank_started", "rank": rank, "host": rank_host}
+    return send_rank_report(
+        host, port, message, Deadline(seconds, "the master to take this rank's start report")
+    )

@@ -235,6 +235,8 @@ def run_mpi_worker(spec: JobSpec, report: Report) -> Verdict:
     )
     sshd: ManagedProcess | None = None
     joined = False
+    # After the ranks got SIGTERM for a stop, what is left of them at the end has outlived the stop.
+    leftover_ranks_signal = signal.SIGTERM
     try:
         try:
             running_sshd, host_public_key = start_sshd(files, plan.ssh_port)
@@ -259,13 +261,14 @@ def run_mpi_worker(spec: JobSpec, report: Report) -> Verdict:
             verdict = Verdict(stopped.exit_code, stopped.cause)
             if joined:
                 signal_registered_ranks(spec.run_dir)
+                leftover_ranks_signal = signal.SIGKILL
                 verdict = _masters_verdict_after_stop(events, stop_deadline()) or verdict
         except SagetrainError as error:
             verdict = Verdict(error.exit_code, error.cause)
         # Final before sshd and the ranks left here are stopped: that must not change it.
         verdict = report(verdict)
     finally:
-        signal_registered_ranks(spec.run_dir)
+        signal_registered_ranks(spec.run_dir, leftover_ranks_signal)
         client.close()
         if sshd is not None:
             sshd.terminate_tree()

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from sagetrain.deadline import Deadline
 from sagetrain.errors import exit_code_of_returncode
 
 log = logging.getLogger(__name__)
@@ -104,13 +105,7 @@ class ManagedProcess:
 
     def terminate_tree(self, grace: float = TERMINATION_GRACE_SECONDS) -> int:
         """SIGTERM the tree, SIGKILL whatever is left after ``grace`` seconds; the main process's code."""
-        self.signal_tree(signal.SIGTERM)
-        code = self.wait(grace)
-        if code is None:
-            log.warning("%s did not stop within %g s of SIGTERM; killing it", self.name, grace)
-        # Stragglers of the group (e.g. ranks whose parent exited) are killed either way.
-        self.signal_tree(signal.SIGKILL)
-        return code if code is not None else int(self.wait())
+        return terminate_trees([self], grace)[0]
 
     def on_exit(self, callback: Callable[[ManagedProcess, int], None]) -> threading.Thread:
         """Call ``callback(self, exit_code)`` from a watcher thread when the process exits."""
@@ -121,3 +116,22 @@ class ManagedProcess:
         thread = threading.Thread(target=watch, name=f"watch-{self.name}", daemon=True)
         thread.start()
         return thread
+
+
+def terminate_trees(
+    processes: Sequence[ManagedProcess], grace: float = TERMINATION_GRACE_SECONDS
+) -> list[int]:
+    """SIGTERM every tree at once (each gets it once), SIGKILL whatever is left of them ``grace`` seconds
+    later; the main processes' exit codes, in order."""
+    for process in processes:
+        process.signal_tree(signal.SIGTERM)
+    stop = Deadline(grace, "the processes to stop after SIGTERM")
+    codes = []
+    for process in processes:
+        code = process.wait(stop.remaining())
+        if code is None:
+            log.warning("%s did not stop within %g s of SIGTERM; killing it", process.name, grace)
+        # Stragglers of the group (e.g. ranks whose parent exited) are killed either way.
+        process.signal_tree(signal.SIGKILL)
+        codes.append(code if code is not None else int(process.wait()))
+    return codes

@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from sagetrain.atomic_file import write_atomically
 from sagetrain.config.files import read_json_object
-from sagetrain.config.paths import Paths, root_from_environ
+from sagetrain.config.paths import Paths, root_from_environ, run_dir_from_environ
 from sagetrain.config.toolkit_env import with_fields
 from sagetrain.errors import PlatformError, SagetrainError
 from sagetrain.launch.coordinator import send_rank_failure, send_rank_started
@@ -33,7 +34,6 @@ from sagetrain.launch.process import ManagedProcess
 from sagetrain.report.verdict import RankFailure
 
 LAST_LINES = 20
-DEFAULT_RUN_DIR = "/run/sagetrain"
 HOST_FACTS_FILE = "host.json"
 
 
@@ -61,10 +61,7 @@ class HostFacts:
     def write(self, run_dir: Path) -> Path:
         path = run_dir / HOST_FACTS_FILE
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f".{path.name}.{os.getpid()}")
-            temporary.write_text(json.dumps(asdict(self)), encoding="utf-8")
-            temporary.replace(path)
+            write_atomically(path, json.dumps(asdict(self)))
         except OSError as error:
             raise PlatformError(
                 f"cannot write {path} ({error.strerror or error}); SAGETRAIN_RUN_DIR must name a folder "
@@ -175,7 +172,7 @@ def run_rank(argv: list[str], environ: MutableMapping[str, str]) -> int:
         print("usage: sagetrain-rank -- PROGRAM [ARG...]", file=sys.stderr)
         return 2
     parent = os.getppid()
-    run_dir = Path(environ.get("SAGETRAIN_RUN_DIR", DEFAULT_RUN_DIR))
+    run_dir = run_dir_from_environ(environ)
     try:
         resource_config: dict[str, Any] | None = read_json_object(
             Paths(root_from_environ(environ)).resource_config

@@ -9,7 +9,6 @@ server tasks and programs still running are then stopped, so the job never hangs
 from __future__ import annotations
 
 import json
-import signal
 from collections.abc import Sequence
 
 from sagetrain.deadline import Deadline
@@ -37,7 +36,7 @@ from sagetrain.launch.job import (
     verdict_from_master,
     wait_for_hosts,
 )
-from sagetrain.launch.process import ManagedProcess
+from sagetrain.launch.process import ManagedProcess, terminate_trees
 from sagetrain.plan.model import Engine, Plan, Role
 from sagetrain.plan.tf_config import TaskType, tf_config
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict, root_failure
@@ -137,10 +136,7 @@ def run_tf_distribute(spec: JobSpec, python: str, report: Report) -> Verdict:
         except Terminated as stopped:
             stop = stop_deadline()
             # All at once: the program must not outlive its parameter server by a whole grace period.
-            for process in processes:
-                process.signal_tree(signal.SIGTERM)
-            for process in processes:
-                process.terminate_tree(grace=stop_grace(stop))
+            terminate_trees(processes, grace=stop_grace(stop))
             if is_master and processes:  # every host's program reports to the master's coordinator
                 verdict = stopped_verdict(stopped, events, [], stop)
             else:

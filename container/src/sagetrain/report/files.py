@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from pathlib import Path
 
+from sagetrain.atomic_file import write_atomically
 from sagetrain.config.paths import Paths
 from sagetrain.report.verdict import Verdict
 
@@ -22,13 +22,6 @@ log = logging.getLogger(__name__)
 PROGRAM_TEXT_SEPARATOR = "--- the program's own failure file, as it wrote it: ---"
 DETAIL_SEPARATOR = "--- details: ---"
 MARKER_FILE = ".sagetrain-report"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
 
 
 def _read_if_present(path: Path) -> str | None:
@@ -91,6 +84,6 @@ def write_report(paths: Paths, verdict: Verdict) -> Path:
         path, text = paths.failure_file, failure_text(verdict, program_text)
     # The marker first: a report without it would later pass for the program's own failure file.
     marker = {"file": path.name, "sha256": _digest(text)}
-    _write_atomically(paths.output_dir / MARKER_FILE, json.dumps(marker))
-    _write_atomically(path, text)
+    write_atomically(paths.output_dir / MARKER_FILE, json.dumps(marker))
+    write_atomically(path, text)
     return path

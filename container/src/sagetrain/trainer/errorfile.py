@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
+
+from sagetrain.atomic_file import write_atomically
 
 
 def report_failure(message: str, error_file: Path | None, error: BaseException | None = None) -> None:
@@ -15,7 +16,4 @@ def report_failure(message: str, error_file: Path | None, error: BaseException |
     if error_file is None:
         return
     trace = "".join(traceback.format_exception(error)) if error is not None else ""
-    error_file.parent.mkdir(parents=True, exist_ok=True)
-    temporary = error_file.with_name(f".{error_file.name}.{os.getpid()}")
-    temporary.write_text(json.dumps({"message": message, "traceback": trace}))
-    temporary.replace(error_file)
+    write_atomically(error_file, json.dumps({"message": message, "traceback": trace}))

@@ -57,13 +57,14 @@ def make_train_step(prepared: Prepared, engine: Engine) -> Callable[[Any, tf.Ten
             # Keras 3's LossScaleOptimizer (mixed precision) scales here and unscales in apply_gradients.
             scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
         gradients = tape.gradient(scaled, trainable)
+        records = _batch_length(x)
         # Variables the loss does not reach have no gradient on any rank (same graph everywhere).
         connected = [index for index, gradient in enumerate(gradients) if gradient is not None]
         averaged = engine.average_gradients(
-            [tf.convert_to_tensor(gradients[index]) for index in connected], _batch_length(x)
+            [tf.convert_to_tensor(gradients[index]) for index in connected], records
         )
         optimizer.apply_gradients(zip(averaged, [trainable[index] for index in connected], strict=True))
-        loss_tracker.update_state(loss, sample_weight=_batch_length(x))
+        loss_tracker.update_state(loss, sample_weight=records)
         model.compute_metrics(x, y, y_pred, None)
         # Folded into the step so stopping costs no extra round trip: any rank's SIGTERM stops all.
         return engine.sum_over_ranks(stop_flag)

@@ -197,9 +197,10 @@ def rank_records(
         returned = call_user(
             module, "input_fn", module.input_fn, channel, hp, about=f"channel {channel.name!r}"
         )
-        where = f"input_fn in {module.path.name} (channel {channel.name!r})"
         reader = Reader(f"input_fn in {module.path.name}", "fix input_fn or the files it reads")
-        dataset = _keep_record_shard(_check_pairs(returned, where), channel)
+        dataset = _keep_record_shard(
+            _check_pairs(returned, f"{reader.name} (channel {channel.name!r})"), channel
+        )
         return RankRecords(channel, dataset, _count(dataset, channel, reader), reader)
     if channel.data_format in (DataFormat.NPZ, DataFormat.NPY):
         dataset, _ = _numpy_records(channel)
@@ -223,13 +224,13 @@ def rank_records(
         tfrecord_reader = Reader("the TFRecord reader", "check that the files are complete TFRecord files")
         count = _count(raw, channel, tfrecord_reader)
         parse = _traced_parser(module, hp, channel.name)
-        dataset = _check_pairs(
-            raw.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True),
-            f"parse_record in {module.path.name} (channel {channel.name!r})",
-        )
         reader = Reader(
             f"parse_record in {module.path.name}",
             "make its feature names, types and shapes match the records",
+        )
+        dataset = _check_pairs(
+            raw.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True),
+            f"{reader.name} (channel {channel.name!r})",
         )
         return RankRecords(channel, dataset, count, reader)
     raise UserError(f"channel {channel.name!r}: no reader for its files; define input_fn(channel, hp).")
