@@ -167,7 +167,7 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
  && pip check \
  && echo "import os, sys, sagetrain.legacy_keras; sagetrain.legacy_keras.install_if_requested(os.environ, sys.meta_path)" \
       >"$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sagetrain-legacy-keras.pth" \
- && echo "import sagetrain.sdk_v3, os, sys; sagetrain.sdk_v3.at_interpreter_start(sys.argv, os.environ)" \
+ && echo "import sagetrain.sdk_v3, os, sys; sagetrain.sdk_v3.at_interpreter_start(sys.argv, os.environ, sys.orig_argv)" \
       >"$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sagetrain-sdk-v3.pth"
 
 # /usr/local/bin is ahead of /opt/venv/bin on PATH, so our `train` wins over sagemaker-training's

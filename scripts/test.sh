@@ -7,9 +7,9 @@ usage() {
   cat <<'USAGE'
 Usage: scripts/test.sh [PYTEST ARGS...]
 
-Sets up, where it can (root on Debian/Ubuntu): the Docker engine (scripts/ensure-docker.sh), Open MPI
-from apt, a test virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU
-image (scripts/build.sh cpu), then runs `python -m pytest tests` with any extra arguments.
+Sets up, where it can (root on Debian/Ubuntu): the Docker engine (scripts/ensure-docker.sh), Docker
+Compose v2 for the SageMaker SDK's local mode (scripts/ensure-compose.sh), Open MPI from apt, a test
+virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU image (scripts/build.sh cpu), then runs `python -m pytest tests` with any extra arguments.
 Environment:
   SAGETRAIN_TEST_VENV   virtualenv to use (default: .venv-test in the repository)
   SAGETRAIN_CA_CERTS    extra CA bundle for image builds (default: /etc/ssl/certs/ca-certificates.crt if present)
@@ -38,6 +38,7 @@ if [ ${#missing_debs[@]} -gt 0 ]; then
 fi
 
 scripts/ensure-docker.sh
+scripts/ensure-compose.sh
 
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"

@@ -1,8 +1,12 @@
 """The SageMaker SDK v3's drivers in this image: which interpreter start is a driver's, the program its
-sourcecode.json names, and the ssh keys and files made for its MPI driver."""
+sourcecode.json names, the ssh keys and files made for its MPI driver, and what becomes of a
+SourceCode(command=...)."""
 
 import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,16 @@ from sagetrain.config.job import load_job_config
 from sagetrain.config.job_files import ChannelSpec, JobFiles
 from sagetrain.launch.membership import Membership
 from sagetrain.launch.sdk_ssh import JobSshKeys, SshLayout, prepare_for_mpi_driver, write_ssh_files
-from sagetrain.sdk_v3 import SdkDriver, at_interpreter_start, crowded_mpi_ranks, recognise
+from sagetrain.sdk_v3 import (
+    SdkDriver,
+    at_interpreter_start,
+    command_refusal,
+    command_warning,
+    crowded_mpi_ranks,
+    may_run_sdk_command,
+    read_source_code,
+    recognise,
+)
 
 DRIVERS = "/opt/ml/input/data/sm_drivers/distributed_drivers"
 
@@ -203,3 +216,101 @@ def test_a_rank_of_the_sdk_mpi_driver_that_sees_every_rank_on_its_host_of_severa
 )
 def test_other_processes_are_not_crowded_ranks(environ):
     assert crowded_mpi_ranks(environ) is None
+
+
+COMMAND = {"source_dir": "/home/me/src", "entry_script": None, "command": "python train.py --epochs 2"}
+SDK_SHELL = {"SM_SOURCE_DIR": "/opt/ml/input/data/code"}  # what sm_train.sh's environment has
+
+
+@pytest.mark.parametrize(
+    ("hyperparameters", "environ", "asked"),
+    [
+        ({"sagemaker_mpi_enabled": True}, {}, "sagemaker_mpi_enabled"),
+        (
+            {"sagemaker_multi_worker_mirrored_strategy_enabled": "true"},
+            {},
+            "sagemaker_multi_worker_mirrored_strategy_enabled",
+        ),
+        ({}, {"SM_DISTRIBUTED_CONFIG": '{"process_count_per_node": 2}'}, "distributed="),
+    ],
+)
+def test_a_command_in_a_job_asking_for_a_distribution_is_refused_naming_what_asked(
+    tmp_path, hyperparameters, environ, asked
+):
+    config = load_job_config(write_job(tmp_path, "algo-1", hyperparameters, COMMAND))
+    refusal = command_refusal(read_source_code(config.paths), config.settings, environ)
+    assert refusal is not None
+    assert refusal.startswith("SourceCode(command=...) runs its command once on each host")
+    assert f"({asked})" in refusal and "entry_script=" in refusal
+
+
+@pytest.mark.parametrize(
+    ("source_code", "hyperparameters"),
+    [(COMMAND, {"epochs": 2}), (SOURCE_CODE, {"sagemaker_mpi_enabled": True})],
+)
+def test_a_command_asking_for_no_distribution_and_an_entry_script_are_not_refused(
+    tmp_path, source_code, hyperparameters
+):
+    config = load_job_config(write_job(tmp_path, "algo-1", hyperparameters, source_code))
+    assert command_refusal(read_source_code(config.paths), config.settings, {}) is None
+
+
+def test_a_command_on_several_hosts_is_warned_about_and_on_one_host_not(tmp_path):
+    source = read_source_code(load_job_config(write_job(tmp_path, "algo-1", {}, COMMAND)).paths)
+    warning = command_warning(source, 2)
+    assert warning is not None and "once on each of the job's 2 hosts" in warning
+    assert command_warning(source, 1) is None
+    entry_script = read_source_code(load_job_config(write_job(tmp_path, "algo-1", {}, SOURCE_CODE)).paths)
+    assert command_warning(entry_script, 2) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "orig_argv", "environ", "expected"),
+    [
+        (["train.py", "-e"], ["python", "train.py", "-e"], SDK_SHELL, True),
+        (["-c"], ["python", "-c", "import a"], SDK_SHELL, True),
+        (["-m"], ["python", "-m", "mypackage.train"], SDK_SHELL, True),
+        (["train.py"], ["python", "train.py"], {}, False),  # not under the SDK's sm_train.sh
+        (["train.py"], ["python", "train.py"], {**SDK_SHELL, "SAGETRAIN_RANK": "0"}, False),  # our rank
+        (["train.py"], ["python", "train.py"], {**SDK_SHELL, "SAGETRAIN_SDK_DRIVER": "command"}, False),
+        (["-m", "train"], ["python", "-m", "sagetrain", "train"], SDK_SHELL, False),  # our launcher
+        (
+            ["/opt/ml/input/data/sm_drivers/scripts/install_requirements.py", "requirements.txt"],
+            ["python3", "/opt/ml/input/data/sm_drivers/scripts/install_requirements.py", "requirements.txt"],
+            SDK_SHELL,
+            False,
+        ),
+    ],
+)
+def test_which_interpreter_may_be_the_sdk_command(argv, orig_argv, environ, expected):
+    assert may_run_sdk_command(argv, orig_argv, environ) is expected
+
+
+def command_environ(root: Path) -> dict[str, str]:
+    return {"SAGEMAKER_BASE_DIR": str(root), **SDK_SHELL}
+
+
+def test_the_hook_warns_once_about_a_command_on_several_hosts(tmp_path, capsys):
+    environ = command_environ(write_job(tmp_path, "algo-1", {"epochs": 2}, COMMAND))
+    at_interpreter_start(["train.py"], environ, ["python", "train.py"])
+    assert "sagetrain: SourceCode(command=...) runs its command once on each of" in capsys.readouterr().err
+    assert environ["SAGETRAIN_SDK_DRIVER"] == "command"
+    at_interpreter_start(["train.py"], environ, ["python", "train.py"])  # the command's next Python
+    assert capsys.readouterr().err == ""
+
+
+def test_the_hook_refuses_a_command_asking_for_mpi_with_one_sentence_and_exit_1(tmp_path):
+    root = write_job(tmp_path, "algo-1", {"sagemaker_mpi_enabled": True}, COMMAND)
+    source = Path(__file__).resolve().parents[2] / "container" / "src"
+    hook = "import os; from sagetrain import sdk_v3; sdk_v3.at_interpreter_start(['train.py'], os.environ)"
+    completed = subprocess.run(
+        [sys.executable, "-c", f"{hook}; print('the command ran')"],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(source), **command_environ(root)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    failure = (root / "output" / "failure").read_text()
+    assert completed.returncode == 1, completed.stderr
+    assert "the command ran" not in completed.stdout
+    assert failure.startswith("SourceCode(command=...) runs its command once on each host")
+    assert failure.count("\n") == 1
+    assert completed.stderr.strip() == f"sagetrain: {failure.strip()}"

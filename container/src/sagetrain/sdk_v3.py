@@ -11,10 +11,14 @@ its drivers in the channel ``sm_drivers``; ``sm_train.sh`` then runs one of them
 - ``distributed_drivers/mpi_driver.py`` (``distributed=MPI()``): starts ``/usr/sbin/sshd -D``, connects
   with paramiko and the system ``ssh``, then runs ``mpirun`` over ssh. Before it starts, this image
   writes ssh keys made for this job (``launch/sdk_ssh.py``).
+- ``SourceCode(command=…)``: ``sm_train.sh`` runs the command itself, once on every host, and the SDK
+  drops ``distributed=``. When the job asks for a distribution (a ``sagemaker_*_enabled`` hyperparameter
+  or ``distributed=``), the command's first Python process fails at once saying what to do, instead of
+  training one unconnected model per host; on several hosts without one, it warns once.
 
-Both are recognised by the script the interpreter starts with: the image imports this module at every
-interpreter start (a ``.pth`` file). That check costs a string comparison; everything else is imported
-only for a driver's process.
+The drivers are recognised by the script the interpreter starts with, the command by the SDK's
+variables: the image imports this module at every interpreter start (a ``.pth`` file). Those checks cost a
+few comparisons; everything else is imported only for an SDK process.
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ TRAIN = "/usr/local/bin/train"
 HANDED_OVER_VAR = "SAGETRAIN_SDK_DRIVER"
 # Variables a process started by our launcher or by mpirun has: never a driver's process.
 _LAUNCHED_VARS = (contracts.RANK_VAR, "OMPI_COMM_WORLD_RANK", "PMI_RANK", HANDED_OVER_VAR)
+# Set by the SDK's environment.py (sourced by sm_train.sh): the first when the job has a sourcecode.json,
+# the second when its distributed.json is not empty (distributed= was given).
+SOURCE_DIR_VAR = "SM_SOURCE_DIR"
+DISTRIBUTED_CONFIG_VAR = "SM_DISTRIBUTED_CONFIG"
+HOST_COUNT_VAR = "SM_HOST_COUNT"
+# The launcher's own module (`train` runs ``python -m sagetrain train``): never the SDK's command.
+_LAUNCHER_ARGV = ("-m", "sagetrain")
 
 
 class SdkDriver(Enum):
@@ -55,9 +66,13 @@ class SdkDriver(Enum):
     MPI = "mpi_driver.py"
 
 
+def _launched(environ: Mapping[str, str]) -> bool:
+    return any(name in environ for name in _LAUNCHED_VARS)
+
+
 def recognise(argv: Sequence[str], environ: Mapping[str, str]) -> SdkDriver | None:
     """The SDK driver this interpreter was started to run, or None. Pure but for nothing: a name check."""
-    if not argv or any(name in environ for name in _LAUNCHED_VARS):
+    if not argv or _launched(environ):
         return None
     script = os.path.normpath(argv[0])
     for driver in SdkDriver:
@@ -134,11 +149,6 @@ def fail_at_once(cause: str, exit_code: int, environ: Mapping[str, str]) -> None
         os._exit(exit_code)
 
 
-# Set by the SDK's environment.py only when a distributed driver runs (distributed.json not empty).
-DISTRIBUTED_CONFIG_VAR = "SM_DISTRIBUTED_CONFIG"
-HOST_COUNT_VAR = "SM_HOST_COUNT"
-
-
 def crowded_mpi_ranks(environ: Mapping[str, str]) -> str | None:
     """Why this rank of the SDK's MPI driver must not train, or None. The driver gives mpirun
     ``-np process_count_per_node`` for the whole job, so on several hosts every rank lands on the master
@@ -161,8 +171,70 @@ def crowded_mpi_ranks(environ: Mapping[str, str]) -> str | None:
     )
 
 
-def at_interpreter_start(argv: Sequence[str], environ: MutableMapping[str, str]) -> None:
-    """What the ``.pth`` hook does: nothing, unless this interpreter runs one of the SDK's drivers."""
+def may_run_sdk_command(argv: Sequence[str], orig_argv: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether this interpreter may be the SDK's ``command`` (or started by it): a process of
+    ``sm_train.sh`` that is none of the SDK's own scripts, not our launcher, and not one it started. Pure."""
+    if SOURCE_DIR_VAR not in environ or _launched(environ):
+        return False
+    if tuple(orig_argv[1:3]) == _LAUNCHER_ARGV:
+        return False
+    script = os.path.normpath(argv[0]) if argv else ""
+    return f"/{DRIVERS_CHANNEL}/" not in script
+
+
+def command_refusal(source: SourceCode, settings: JobSettings, environ: Mapping[str, str]) -> str | None:
+    """Why the SDK's ``command`` must not run here, or None. Pure."""
+    if source.command is None:
+        return None
+    asked = [engine.entry.enabled_by for engine in settings.enabled_engines if engine.entry.enabled_by]
+    if DISTRIBUTED_CONFIG_VAR in environ:  # the SDK runs the command and drops its distributed=
+        asked.append("distributed=")
+    if not asked:
+        return None
+    return (
+        f"SourceCode(command=...) runs its command once on each host, so the distribution asked for "
+        f"({', '.join(asked)}) would not happen; give SourceCode(source_dir=..., entry_script=...) without "
+        "command=, and the image's launcher distributes the entry script as the sagemaker_* "
+        "hyperparameters ask"
+    )
+
+
+def command_warning(source: SourceCode, hosts: int) -> str | None:
+    """What to say before the SDK's ``command`` runs on several hosts unconnected, or None. Pure."""
+    if source.command is None or hosts < 2:
+        return None
+    return (
+        f"SourceCode(command=...) runs its command once on each of the job's {hosts} hosts, and this image "
+        "connects nothing between them; for a distributed job give SourceCode(entry_script=...) and the "
+        "sagemaker_* hyperparameters"
+    )
+
+
+def check_sdk_command(environ: MutableMapping[str, str]) -> None:
+    """Before the SDK's ``command`` runs: refuse it, warn, or let it be; once per process tree."""
+    from sagetrain.config.job import load_job_config
+    from sagetrain.config.paths import root_from_environ
+    from sagetrain.errors import ExitCode
+
+    config = load_job_config(root_from_environ(environ), check_channels=False)
+    source = read_source_code(config.paths)
+    if source is None:
+        return
+    refusal = command_refusal(source, config.settings, environ)
+    if refusal is not None:
+        fail_at_once(refusal, ExitCode.USER_ERROR, environ)
+    warning = command_warning(source, len(config.resources.hosts))
+    if warning is not None:
+        sys.stderr.write(f"sagetrain: {warning}\n")
+    # The command's own Python processes (the .pth runs in each) are not checked again.
+    environ[HANDED_OVER_VAR] = "command"
+
+
+def at_interpreter_start(
+    argv: Sequence[str], environ: MutableMapping[str, str], orig_argv: Sequence[str] = ()
+) -> None:
+    """What the ``.pth`` hook does: nothing, unless this interpreter runs one of the SDK's drivers or its
+    ``command``."""
     from sagetrain.errors import ExitCode, SagetrainError
 
     driver = None
@@ -181,10 +253,12 @@ def at_interpreter_start(argv: Sequence[str], environ: MutableMapping[str, str])
             from sagetrain.launch.sdk_ssh import prepare_for_mpi_driver
 
             prepare_for_mpi_driver(environ)
+        elif may_run_sdk_command(argv, orig_argv, environ):
+            check_sdk_command(environ)
     except SagetrainError as error:
         fail_at_once(error.cause, error.exit_code, environ)
     except Exception as error:  # the SDK's driver must not run half prepared
-        what = driver.value if driver is not None else "driver"
+        what = driver.value if driver is not None else "driver or command"
         fail_at_once(
             f"cannot prepare the SageMaker SDK's {what}: {error!r}", ExitCode.PLATFORM_ERROR, environ
         )

@@ -1,0 +1,148 @@
+"""The SageMaker Python SDK's local mode, run for real against the image: the SDK (v2 `sagemaker` or v3
+`sagemaker-train`, pinned in container/pins/python.txt) installed in a virtualenv of its own, and a job
+script run by it that writes each host's /opt/ml, starts the hosts with `docker compose` and collects
+their model and output, as for a user.
+
+No AWS account and no network beyond the local Docker engine: dummy credentials, a region, the SDK's
+telemetry opted out, and the SDK run in a network namespace of its own (`unshare --net`), where only the
+Docker socket (a file) reaches anything. Both SDKs' compose files put the hosts on a network named
+`sagemaker-local`; `local_mode_project` creates it `--internal`, with the labels by which compose takes
+it as its own, so compose uses it instead of creating a routed one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cluster import assert_identical_weights
+from conftest import TEST_LABEL
+from localcluster.dockercli import DockerCli
+
+REPO = Path(__file__).resolve().parents[2]
+# One virtualenv per SDK (both install the package `sagemaker`), out of the test environment's way.
+SDK_VENVS = Path(os.environ.get("SAGETRAIN_SDK_VENVS", REPO / ".venv-sdk"))
+INSTALL_SECONDS = 900
+# The network both SDKs' local mode names in its compose file.
+SDK_NETWORK = "sagemaker-local"
+SDK_CONFIG = """SchemaVersion: '1.0'
+SageMaker:
+  PythonSDK:
+    Modules:
+      TelemetryOptOut: true
+"""
+
+
+@dataclass(frozen=True)
+class Sdk:
+    package: str  # as pinned in container/pins/python.txt
+    probe: str  # a module that imports only when the SDK is installed whole
+
+
+SDK_V2 = Sdk("sagemaker", "sagemaker.local")
+SDK_V3 = Sdk("sagemaker-train", "sagemaker.train.model_trainer")
+
+
+def sdk_python(sdk: Sdk) -> Path:
+    """The interpreter of the SDK's own virtualenv, with the pinned SDK installed (once)."""
+    venv = SDK_VENVS / sdk.package
+    python = venv / "bin" / "python"
+    if python.exists():
+        probe = [str(python), "-c", f"import {sdk.probe}"]
+        if subprocess.run(probe, capture_output=True, timeout=120, check=False).returncode == 0:
+            return python
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "-c", str(REPO / "container" / "pins" / "python.txt"), sdk.package],
+    ]  # fmt: skip
+    for step in steps:
+        completed = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_SECONDS, check=False)
+        if completed.returncode != 0:
+            pytest.fail(f"could not install {sdk.package} into {venv}: {completed.stderr.strip()[-800:]}")
+    return python
+
+
+@contextmanager
+def local_mode_project(docker: DockerCli) -> Iterator[str]:
+    """A compose project name, with the internal `sagemaker-local` network made for it; afterwards the
+    project's containers (compose leaves them, stopped) and the network are removed."""
+    compose = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60, check=False)
+    if compose.returncode != 0:
+        pytest.fail("`docker compose` (Compose v2) is missing; scripts/ensure-compose.sh installs it")
+    if docker.run(["network", "ls", "--quiet", "--filter", f"name=^{SDK_NETWORK}$"]).strip():
+        pytest.fail(f"a Docker network named {SDK_NETWORK} exists already; remove it, then rerun")
+    project = f"sagetrain-test-sdk-{uuid.uuid4().hex[:8]}"
+    network = docker.run(
+        ["network", "create", "--driver", "bridge", "--internal", "--label", f"{TEST_LABEL}=1",
+         "--label", f"com.docker.compose.network={SDK_NETWORK}",
+         "--label", f"com.docker.compose.project={project}", SDK_NETWORK]
+    ).strip()  # fmt: skip
+    try:
+        yield project
+    finally:
+        label = f"label=com.docker.compose.project={project}"
+        containers = docker.run(["ps", "--all", "--quiet", "--filter", label]).split()
+        if containers:
+            docker.run(["rm", "--force", *containers], check=False)
+        docker.run(["network", "rm", network], check=False)
+
+
+@dataclass(frozen=True)
+class SdkRun:
+    exit_code: int
+    output: str
+
+    def describe(self) -> str:
+        return f"the SDK's job script exited {self.exit_code}; its output, last part:\n{self.output[-8000:]}"
+
+
+def run_sdk_job(python: Path, script: Path, job: dict, project: str, workdir: Path, seconds: float) -> SdkRun:
+    """``python script '<job as JSON>'`` in a network namespace of its own, as the compose project."""
+    config = workdir / "sagemaker-config.yaml"
+    config.write_text(SDK_CONFIG)
+    home = workdir / "home"
+    home.mkdir()
+    environ = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "AWS_ACCESS_KEY_ID": "AKIDLOCALMODETEST",
+        "AWS_SECRET_ACCESS_KEY": "local-mode-test-not-a-secret",
+        "AWS_DEFAULT_REGION": "us-west-2",
+        "SAGEMAKER_USER_CONFIG_OVERRIDE": str(config),
+        "COMPOSE_PROJECT_NAME": project,
+    }
+    command = ["unshare", "--net", str(python), str(script), json.dumps(job)]
+    try:
+        completed = subprocess.run(
+            command, env=environ, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=seconds, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"the SDK's job did not end within {seconds:.0f} s; its output:\n{expired.output}")
+    return SdkRun(completed.returncode, completed.stdout)
+
+
+def assert_ranks_spread_with_identical_weights(output_data: Path, hosts: int, per_host: int) -> list[str]:
+    """The ranks' identity files and final weights (tests/container/cases/hvd_script) in the job's merged
+    output data: every rank once, ``per_host`` ranks on each of ``hosts`` hosts in host order, identical
+    weights. Returns the hosts of the ranks, in rank order."""
+    files = output_data.glob("identity-rank-*.json")
+    identities = sorted((json.loads(path.read_text()) for path in files), key=lambda i: i["rank"])
+    size = per_host * hosts
+    assert [(i["rank"], i["size"]) for i in identities] == [(rank, size) for rank in range(size)], identities
+    by_rank = [i["sm_current_host"] for i in identities]
+    distinct = sorted(set(by_rank))
+    assert len(distinct) == hosts and by_rank == [distinct[rank // per_host] for rank in range(size)], by_rank
+    weights = sorted(output_data.glob("rank-*-weights.npz"))
+    assert len(weights) == size, weights
+    assert_identical_weights(weights)
+    return by_rank
