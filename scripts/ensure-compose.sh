@@ -40,7 +40,7 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-read -r where package version < <(grep -E '^debian:[^ ]+ +docker-compose ' "$repo/container/pins/test-tools.txt")
+read -r where package version < <(grep -E '^debian:[^ ]+ +docker-compose +' "$repo/container/pins/test-tools.txt")
 suite_component=${where#debian:}
 suite=${suite_component%/*}
 component=${suite_component#*/}

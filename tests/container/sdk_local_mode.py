@@ -1,7 +1,7 @@
-"""The SageMaker Python SDK's local mode, run for real against the image: the SDK (v2 `sagemaker` or v3
-`sagemaker-train`, pinned in container/pins/python.txt) installed in a virtualenv of its own, and a job
-script run by it that writes each host's /opt/ml, starts the hosts with `docker compose` and collects
-their model and output, as for a user.
+"""The SageMaker Python SDK's local mode, run for real against the image: the SDK (v2 `sagemaker`, pinned
+in container/pins/test-tools.txt, or v3 `sagemaker-train`, pinned in container/pins/python.txt) installed
+in a virtualenv of its own, and a job script run by it that writes each host's /opt/ml, starts the hosts
+with `docker compose` and collects their model and output, as for a user.
 
 No AWS account and no network beyond the local Docker engine: dummy credentials, a region, the SDK's
 telemetry opted out, and the SDK run in a network namespace of its own (`unshare --net`), where only the
@@ -28,6 +28,8 @@ from conftest import TEST_LABEL
 from localcluster.dockercli import DockerCli
 
 REPO = Path(__file__).resolve().parents[2]
+PYTHON_PINS = REPO / "container" / "pins" / "python.txt"  # pip constraints
+TEST_TOOL_PINS = REPO / "container" / "pins" / "test-tools.txt"
 # One virtualenv per SDK (both install the package `sagemaker`), out of the test environment's way.
 SDK_VENVS = Path(os.environ.get("SAGETRAIN_SDK_VENVS", REPO / ".venv-sdk"))
 INSTALL_SECONDS = 900
@@ -43,8 +45,18 @@ SageMaker:
 
 @dataclass(frozen=True)
 class Sdk:
-    package: str  # as pinned in container/pins/python.txt
+    package: str
     probe: str  # a module that imports only when the SDK is installed whole
+
+    @property
+    def requirement(self) -> str:
+        """The package at the version test-tools.txt pins, else as python.txt's constraints pin it."""
+        for line in TEST_TOOL_PINS.read_text().splitlines():
+            where, _, rest = line.partition(" ")
+            fields = rest.split()
+            if where == "pypi" and fields and fields[0] == self.package:
+                return f"{self.package}=={fields[1]}"
+        return self.package
 
 
 SDK_V2 = Sdk("sagemaker", "sagemaker.local")
@@ -62,7 +74,7 @@ def sdk_python(sdk: Sdk) -> Path:
     steps = [
         [sys.executable, "-m", "venv", "--clear", str(venv)],
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "-c", str(REPO / "container" / "pins" / "python.txt"), sdk.package],
+         "-c", str(PYTHON_PINS), sdk.requirement],
     ]  # fmt: skip
     for step in steps:
         completed = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_SECONDS, check=False)

@@ -24,7 +24,11 @@ def main(job: dict) -> None:
         instance_count=job["hosts"],
         instance_type="local",
         distribution=job["distribution"],
+        # Checked by the SDK for some distributions (multi_worker_mirrored_strategy needs TF >= 2.9).
+        framework_version=job["framework_version"],
+        py_version=job["py_version"],
         hyperparameters=job["hyperparameters"],
+        environment=job["environment"],
         output_path=job["output_path"],
         base_job_name="sdk2-estimator",
         sagemaker_session=session,

@@ -1,17 +1,26 @@
 """The SageMaker SDK v2's `TensorFlow` estimator in local mode, as in the README: 2 instances of the CPU
-image, `distribution={"mpi": …}`, the source folder mounted (`local_code`), file:// channels and output
-(sdk_local_mode.py: the real SDK, no AWS account, no network beyond the local Docker engine). The SDK
-names its hosts algo-1-<suffix>, algo-2-<suffix>; the job runs 4 Horovod ranks over both with identical
-weights, and the dummy credentials the SDK puts in the containers reach no rank."""
+image, the source folder mounted (`local_code`), file:// channels and output (sdk_local_mode.py: the real
+SDK, no AWS account, no network beyond the local Docker engine). The SDK names its hosts
+algo-1-<suffix>, algo-2-<suffix>.
+
+- `distribution={"mpi": …}`: 4 Horovod ranks over both hosts with identical weights, and the dummy
+  credentials the SDK puts in the containers are not forwarded to the ranks;
+- `distribution={"multi_worker_mirrored_strategy": …}`: Keras 3 `fit` on one worker per host, with
+  identical weights (the test harness beside the script writes them).
+"""
 
 from __future__ import annotations
 
+import re
+import shutil
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-from cluster import CASES, write_regression_csv
+from cluster import CASES, assert_identical_weights, write_regression_csv
 from sdk_local_mode import (
+    REPO,
     SDK_V2,
     assert_ranks_spread_with_identical_weights,
     local_mode_project,
@@ -21,31 +30,66 @@ from sdk_local_mode import (
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
-JOB_SCRIPT = Path(__file__).resolve().parent / "sdk_v2_estimator_job.py"
+HERE = Path(__file__).resolve().parent
+JOB_SCRIPT = HERE / "sdk_v2_estimator_job.py"
 JOB_SECONDS = 600
+HARNESS_OUT = "/opt/ml/output/data/harness"
+# The image's TensorFlow, major.minor, as the estimator's framework_version.
+TF_VERSION = re.search(r"^tensorflow==(\d+\.\d+)", (REPO / "container/pins/python.txt").read_text(), re.M)
 
 
-def test_the_tensorflow_estimator_with_mpi_trains_on_two_hosts(tmp_path, cpu_image, docker_client):
-    sdk = sdk_python(SDK_V2)
+@pytest.fixture(scope="module")
+def sdk() -> Path:
+    return sdk_python(SDK_V2)
+
+
+def fit(sdk: Path, docker_client, tmp_path: Path, image: str, source_dir: Path, **fields) -> Path:
+    """Run the estimator's `fit`; the job's output data (output.tar.gz, unpacked)."""
+    assert TF_VERSION is not None
     output = tmp_path / "output"
     output.mkdir()
     job = {
-        "image": cpu_image,
+        "image": image,
         "hosts": 2,
         "entry_point": "train.py",
-        "source_dir": str(CASES / "hvd_script"),
-        "distribution": {"mpi": {"enabled": True, "processes_per_host": 2}},
-        "hyperparameters": {"epochs": 2},
+        "source_dir": str(source_dir),
+        "framework_version": TF_VERSION.group(1),
+        "py_version": f"py{sys.version_info.major}{sys.version_info.minor}",
         "output_path": output.as_uri(),
         "channels": {"train": str(write_regression_csv(tmp_path / "train", rows=256))},
+        "hyperparameters": {},
+        "environment": {},
+        **fields,
     }
     with local_mode_project(docker_client) as project:
         run = run_sdk_job(sdk, JOB_SCRIPT, job, project, tmp_path, JOB_SECONDS)
     assert run.exit_code == 0, run.describe()
     with tarfile.open(output / "output.tar.gz") as archive:
         archive.extractall(tmp_path / "job-output", filter="data")
-    hosts = assert_ranks_spread_with_identical_weights(tmp_path / "job-output" / "data", 2, per_host=2)
-    assert [host.rsplit("-", 1)[0] for host in hosts] == ["algo-1", "algo-1", "algo-2", "algo-2"], hosts
+    # The SDK gives every container its credentials; mpirun must not hand them to the ranks.
     mpirun = [line for line in run.output.splitlines() if "mpirun command:" in line]
-    assert len(mpirun) == 1, run.describe()
-    assert "AWS_ACCESS_KEY_ID" not in mpirun[0] and "AWS_SECRET_ACCESS_KEY" not in mpirun[0], mpirun[0]
+    assert not [line for line in mpirun if "AWS_ACCESS_KEY_ID" in line or "AWS_SECRET_ACCESS_KEY" in line]
+    return tmp_path / "job-output" / "data"
+
+
+def test_the_estimator_with_mpi_distribution_trains_on_two_hosts(tmp_path, cpu_image, docker_client, sdk):
+    data = fit(
+        sdk, docker_client, tmp_path, cpu_image, CASES / "hvd_script",
+        distribution={"mpi": {"enabled": True, "processes_per_host": 2}}, hyperparameters={"epochs": 2},
+    )  # fmt: skip
+    hosts = assert_ranks_spread_with_identical_weights(data, 2, per_host=2)
+    assert [host.rsplit("-", 1)[0] for host in hosts] == ["algo-1", "algo-1", "algo-2", "algo-2"], hosts
+
+
+def test_the_estimator_with_multi_worker_mirrored_trains_keras_3_fit(tmp_path, cpu_image, docker_client, sdk):
+    code = tmp_path / "code"
+    shutil.copytree(CASES / "mwms_keras3_fit", code)
+    shutil.copytree(HERE / "keras_harness", code / "harness")
+    data = fit(
+        sdk, docker_client, tmp_path, cpu_image, code,
+        distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
+        environment={"PYTHONPATH": "/opt/ml/code/harness", "SAGETRAIN_HARNESS_OUT": HARNESS_OUT},
+    )  # fmt: skip
+    weights = sorted((data / Path(HARNESS_OUT).name).glob("worker-*-weights.npz"))
+    assert [path.name for path in weights] == ["worker-0-weights.npz", "worker-1-weights.npz"]
+    assert_identical_weights(weights)
