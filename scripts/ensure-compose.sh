@@ -7,13 +7,14 @@ usage() {
   cat <<'USAGE'
 Usage: scripts/ensure-compose.sh [--mirror URL]
 
-Exits 0 when `docker compose version` and `docker-compose version` work. Otherwise, as root with
-apt-get, downloads the Debian package pinned in container/pins/test-tools.txt (apt with a private source
+Exits 0 when a Compose v2 the SageMaker SDKs accept is there: `docker compose version` printing "v2",
+or `docker-compose`. Otherwise, as root with apt-get, downloads the Debian package pinned in container/pins/test-tools.txt (apt with a private source
 list and state, so this machine's apt setup is not touched; apt checks the package against the suite's
 signed index), installs its binary as /usr/local/lib/docker/cli-plugins/docker-compose and links it as
 /usr/local/bin/docker-compose: SDK v2 local mode runs `docker compose` only when its version says "v2",
 which Debian's build does not print, and `docker-compose` otherwise.
-  --mirror URL   Debian mirror (default: the first one of this machine's apt sources)
+  --mirror URL   Debian mirror (default: on Debian the first one of this machine's apt sources, else
+                 https://deb.debian.org/debian)
 USAGE
 }
 
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
 done
 
 plugin=/usr/local/lib/docker/cli-plugins/docker-compose
-if docker compose version >/dev/null 2>&1 && docker-compose version >/dev/null 2>&1; then
+if docker compose version 2>/dev/null | grep -q ' v2' || docker-compose version >/dev/null 2>&1; then
   exit 0
 fi
 if [ -x "$plugin" ] && [ "$(id -u)" = 0 ]; then
@@ -40,7 +41,9 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-read -r where package version < <(grep -E '^debian:[^ ]+ +docker-compose +' "$repo/container/pins/test-tools.txt")
+pin=$(grep -E '^debian:[^ ]+ +docker-compose +' "$repo/container/pins/test-tools.txt" || true)
+[ -n "$pin" ] || { echo "ensure-compose: no docker-compose line in container/pins/test-tools.txt" >&2; exit 2; }
+read -r where package version <<<"$pin"
 suite_component=${where#debian:}
 suite=${suite_component%/*}
 component=${suite_component#*/}
@@ -49,7 +52,7 @@ if [ -z "$mirror" ]; then
   mirror=$( { awk '/^URIs:/ { print $2 }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true
               awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' \
                 /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } | head -1)
-  [ -n "$mirror" ] || { echo "ensure-compose: no Debian mirror in /etc/apt; pass --mirror" >&2; exit 2; }
+  grep -qx 'ID=debian' /etc/os-release 2>/dev/null && [ -n "$mirror" ] || mirror=https://deb.debian.org/debian
 fi
 
 work=$(mktemp -d)

@@ -9,9 +9,11 @@ Usage: scripts/test.sh [PYTEST ARGS...]
 
 Sets up, where it can (root on Debian/Ubuntu): the Docker engine (scripts/ensure-docker.sh), Docker
 Compose v2 for the SageMaker SDK's local mode (scripts/ensure-compose.sh), Open MPI from apt, a test
-virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU image (scripts/build.sh cpu), then runs `python -m pytest tests` with any extra arguments.
+virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU image (scripts/build.sh cpu),
+then runs `python -m pytest tests` with any extra arguments.
 Environment:
   SAGETRAIN_TEST_VENV   virtualenv to use (default: .venv-test in the repository)
+  SAGETRAIN_SDK_VENVS   folder of the SageMaker SDKs' own virtualenvs, made by the tests (default: .venv-sdk)
   SAGETRAIN_CA_CERTS    extra CA bundle for image builds (default: /etc/ssl/certs/ca-certificates.crt if present)
   SAGETRAIN_SKIP_BUILD  set to 1 to reuse the existing sagemaker-tf-horovod:cpu image as is
 USAGE

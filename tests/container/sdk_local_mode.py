@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sdk_v3_package
 from cluster import assert_identical_weights
 from conftest import TEST_LABEL
 from localcluster.dockercli import DockerCli
@@ -49,32 +51,35 @@ class Sdk:
     probe: str  # a module that imports only when the SDK is installed whole
 
     @property
-    def requirement(self) -> str:
-        """The package at the version test-tools.txt pins, else as python.txt's constraints pin it."""
-        for line in TEST_TOOL_PINS.read_text().splitlines():
-            where, _, rest = line.partition(" ")
-            fields = rest.split()
-            if where == "pypi" and fields and fields[0] == self.package:
-                return f"{self.package}=={fields[1]}"
-        return self.package
+    def version(self) -> str:
+        """As test-tools.txt pins it, else as python.txt does."""
+        for path, pattern in ((TEST_TOOL_PINS, r"^pypi +{} +(\S+)"), (PYTHON_PINS, r"^{}==(\S+)")):
+            found = re.search(pattern.format(re.escape(self.package)), path.read_text(), re.MULTILINE)
+            if found:
+                return found.group(1)
+        raise LookupError(f"{self.package} is pinned in neither {TEST_TOOL_PINS.name} nor {PYTHON_PINS.name}")
 
 
 SDK_V2 = Sdk("sagemaker", "sagemaker.local")
-SDK_V3 = Sdk("sagemaker-train", "sagemaker.train.model_trainer")
+SDK_V3 = Sdk(sdk_v3_package.PACKAGE, "sagemaker.train.model_trainer")
 
 
 def sdk_python(sdk: Sdk) -> Path:
     """The interpreter of the SDK's own virtualenv, with the pinned SDK installed (once)."""
     venv = SDK_VENVS / sdk.package
     python = venv / "bin" / "python"
-    if python.exists():
-        probe = [str(python), "-c", f"import {sdk.probe}"]
-        if subprocess.run(probe, capture_output=True, timeout=120, check=False).returncode == 0:
-            return python
+    check = (
+        f"import importlib.metadata as m, {sdk.probe}; assert m.version('{sdk.package}') == '{sdk.version}'"
+    )
+    if (
+        python.exists()
+        and subprocess.run([str(python), "-c", check], capture_output=True, timeout=120).returncode == 0
+    ):
+        return python
     steps = [
         [sys.executable, "-m", "venv", "--clear", str(venv)],
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "-c", str(PYTHON_PINS), sdk.requirement],
+         "-c", str(PYTHON_PINS), f"{sdk.package}=={sdk.version}"],
     ]  # fmt: skip
     for step in steps:
         completed = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_SECONDS, check=False)
@@ -91,7 +96,10 @@ def local_mode_project(docker: DockerCli) -> Iterator[str]:
     if compose.returncode != 0:
         pytest.fail("`docker compose` (Compose v2) is missing; scripts/ensure-compose.sh installs it")
     if docker.run(["network", "ls", "--quiet", "--filter", f"name=^{SDK_NETWORK}$"]).strip():
-        pytest.fail(f"a Docker network named {SDK_NETWORK} exists already; remove it, then rerun")
+        pytest.fail(
+            f"a Docker network named {SDK_NETWORK} exists already (another local-mode job or test run?); "
+            "remove it once nothing uses it, then rerun"
+        )
     project = f"sagetrain-test-sdk-{uuid.uuid4().hex[:8]}"
     network = docker.run(
         ["network", "create", "--driver", "bridge", "--internal", "--label", f"{TEST_LABEL}=1",

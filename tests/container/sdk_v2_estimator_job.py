@@ -1,7 +1,7 @@
 """One training job through the SageMaker SDK v2's `TensorFlow` estimator in local mode, as a user writes
 it (the README's example). Run by the SDK's virtualenv (tests/container/sdk_local_mode.py), not by the
-test environment: it imports nothing of this repository. Its one argument is a JSON job
-(EstimatorJob in test_sdk_v2_local_mode.py); it exits non-zero when `fit` raises."""
+test environment: it imports nothing of this repository. Its one argument is a JSON job (made by `fit`
+in test_sdk_v2_local_mode.py); it exits non-zero when `fit` raises."""
 
 from __future__ import annotations
 

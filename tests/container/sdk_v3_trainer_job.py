@@ -1,5 +1,5 @@
 """One training job through the SageMaker SDK v3's own ModelTrainer in local-container mode, as a user
-writes it. Run by the SDK's virtualenv (tests/container/sdk_v3_package.py), not by the test environment:
+writes it. Run by the SDK's virtualenv (tests/container/sdk_local_mode.py), not by the test environment:
 it imports nothing of this repository. Its one argument is a JSON job (TrainerJob in
 test_sdk_v3_model_trainer.py); it exits non-zero when ModelTrainer.train raises."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from cluster import CASES, assert_identical_weights, write_regression_csv
 from sdk_local_mode import (
     REPO,
     SDK_V2,
+    SdkRun,
     assert_ranks_spread_with_identical_weights,
     local_mode_project,
     run_sdk_job,
@@ -34,8 +34,11 @@ HERE = Path(__file__).resolve().parent
 JOB_SCRIPT = HERE / "sdk_v2_estimator_job.py"
 JOB_SECONDS = 600
 HARNESS_OUT = "/opt/ml/output/data/harness"
-# The image's TensorFlow, major.minor, as the estimator's framework_version.
+# The image's TensorFlow and Python, as the estimator's framework_version and py_version.
 TF_VERSION = re.search(r"^tensorflow==(\d+\.\d+)", (REPO / "container/pins/python.txt").read_text(), re.M)
+PYTHON_VERSION = re.search(
+    r"^runtime +python3 +(\d+)\.(\d+)", (REPO / "container/pins/debian.txt").read_text(), re.M
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +46,11 @@ def sdk() -> Path:
     return sdk_python(SDK_V2)
 
 
-def fit(sdk: Path, docker_client, tmp_path: Path, image: str, source_dir: Path, **fields) -> Path:
-    """Run the estimator's `fit`; the job's output data (output.tar.gz, unpacked)."""
-    assert TF_VERSION is not None
+def fit(
+    sdk: Path, docker_client, tmp_path: Path, image: str, source_dir: Path, **fields
+) -> tuple[SdkRun, Path]:
+    """Run the estimator's `fit`; its run, and the job's output data (output.tar.gz, unpacked)."""
+    assert TF_VERSION is not None and PYTHON_VERSION is not None
     output = tmp_path / "output"
     output.mkdir()
     job = {
@@ -54,7 +59,7 @@ def fit(sdk: Path, docker_client, tmp_path: Path, image: str, source_dir: Path, 
         "entry_point": "train.py",
         "source_dir": str(source_dir),
         "framework_version": TF_VERSION.group(1),
-        "py_version": f"py{sys.version_info.major}{sys.version_info.minor}",
+        "py_version": f"py{PYTHON_VERSION.group(1)}{PYTHON_VERSION.group(2)}",
         "output_path": output.as_uri(),
         "channels": {"train": str(write_regression_csv(tmp_path / "train", rows=256))},
         "hyperparameters": {},
@@ -66,26 +71,27 @@ def fit(sdk: Path, docker_client, tmp_path: Path, image: str, source_dir: Path, 
     assert run.exit_code == 0, run.describe()
     with tarfile.open(output / "output.tar.gz") as archive:
         archive.extractall(tmp_path / "job-output", filter="data")
-    # The SDK gives every container its credentials; mpirun must not hand them to the ranks.
-    mpirun = [line for line in run.output.splitlines() if "mpirun command:" in line]
-    assert not [line for line in mpirun if "AWS_ACCESS_KEY_ID" in line or "AWS_SECRET_ACCESS_KEY" in line]
-    return tmp_path / "job-output" / "data"
+    return run, tmp_path / "job-output" / "data"
 
 
 def test_the_estimator_with_mpi_distribution_trains_on_two_hosts(tmp_path, cpu_image, docker_client, sdk):
-    data = fit(
+    run, data = fit(
         sdk, docker_client, tmp_path, cpu_image, CASES / "hvd_script",
         distribution={"mpi": {"enabled": True, "processes_per_host": 2}}, hyperparameters={"epochs": 2},
     )  # fmt: skip
     hosts = assert_ranks_spread_with_identical_weights(data, 2, per_host=2)
     assert [host.rsplit("-", 1)[0] for host in hosts] == ["algo-1", "algo-1", "algo-2", "algo-2"], hosts
+    # The SDK gives every container its (here dummy) credentials; mpirun must not hand them to the ranks.
+    mpirun = [line for line in run.output.splitlines() if "mpirun command:" in line]
+    assert len(mpirun) == 1, run.describe()
+    assert "AWS_ACCESS_KEY_ID" not in mpirun[0] and "AWS_SECRET_ACCESS_KEY" not in mpirun[0], mpirun[0]
 
 
 def test_the_estimator_with_multi_worker_mirrored_trains_keras_3_fit(tmp_path, cpu_image, docker_client, sdk):
     code = tmp_path / "code"
     shutil.copytree(CASES / "mwms_keras3_fit", code)
     shutil.copytree(HERE / "keras_harness", code / "harness")
-    data = fit(
+    _, data = fit(
         sdk, docker_client, tmp_path, cpu_image, code,
         distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
         environment={"PYTHONPATH": "/opt/ml/code/harness", "SAGETRAIN_HARNESS_OUT": HARNESS_OUT},

@@ -118,7 +118,8 @@ def test_source_code_alone_is_distributed_by_the_image_launcher(tmp_path, cpu_im
 
 
 def test_hyperparameters_naming_the_program_run_the_image_launcher(tmp_path, cpu_image, sdk, project):
-    """No SourceCode: the SDK keeps the image's entrypoint and mounts a file:// submit directory."""
+    """No SourceCode: the SDK keeps the image's entrypoint (its launcher, which logs its plan) and mounts a
+    file:// submit directory."""
     job = new_job(
         tmp_path, cpu_image, source_code=None, mpi=None,
         hyperparameters={
@@ -127,7 +128,7 @@ def test_hyperparameters_naming_the_program_run_the_image_launcher(tmp_path, cpu
         },
     )  # fmt: skip
     run = train(sdk, project, tmp_path, job)
-    assert run.exit_code == 0 and "Running Basic Script driver" not in run.output, run.describe()
+    assert run.exit_code == 0 and "plan: engine=horovod" in run.output, run.describe()
     assert_four_ranks_on_algo_1_and_algo_2(job)
 
 

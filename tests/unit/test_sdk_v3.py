@@ -314,3 +314,19 @@ def test_the_hook_refuses_a_command_asking_for_mpi_with_one_sentence_and_exit_1(
     assert failure.startswith("SourceCode(command=...) runs its command once on each host")
     assert failure.count("\n") == 1
     assert completed.stderr.strip() == f"sagetrain: {failure.strip()}"
+
+
+def test_the_own_python_of_an_entry_script_job_is_left_alone(tmp_path):
+    """E.g. the pip that installs SourceCode(requirements=...): no command, nothing decided or marked."""
+    environ = command_environ(write_job(tmp_path, "algo-1", {"sagemaker_mpi_enabled": True}, SOURCE_CODE))
+    before = dict(environ)
+    at_interpreter_start(["-m", "pip"], environ, ["python", "-m", "pip", "install", "-r", "requirements.txt"])
+    assert environ == before
+
+
+def test_a_command_job_our_launcher_could_not_read_still_runs_its_command(tmp_path, capsys):
+    """Our rules for hyperparameters (an unknown sagetrain_* key) are the launcher's, not the command's."""
+    environ = command_environ(write_job(tmp_path, "algo-1", {"sagetrain_no_such_setting": 1}, COMMAND))
+    at_interpreter_start(["train.py"], environ, ["python", "train.py"])
+    assert not (tmp_path / "output" / "failure").exists()
+    assert capsys.readouterr().err == ""

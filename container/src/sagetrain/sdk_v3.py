@@ -50,8 +50,9 @@ TRAIN = "/usr/local/bin/train"
 HANDED_OVER_VAR = "SAGETRAIN_SDK_DRIVER"
 # Variables a process started by our launcher or by mpirun has: never a driver's process.
 _LAUNCHED_VARS = (contracts.RANK_VAR, "OMPI_COMM_WORLD_RANK", "PMI_RANK", HANDED_OVER_VAR)
-# Set by the SDK's environment.py (sourced by sm_train.sh): the first when the job has a sourcecode.json,
-# the second when its distributed.json is not empty (distributed= was given).
+# Written by the SDK's environment.py to sm_training.env, which sm_train.sh sources: the first when the
+# job has a sourcecode.json, the second when its distributed.json is not empty (distributed= was given),
+# the third always.
 SOURCE_DIR_VAR = "SM_SOURCE_DIR"
 DISTRIBUTED_CONFIG_VAR = "SM_DISTRIBUTED_CONFIG"
 HOST_COUNT_VAR = "SM_HOST_COUNT"
@@ -211,15 +212,20 @@ def command_warning(source: SourceCode, hosts: int) -> str | None:
 
 
 def check_sdk_command(environ: MutableMapping[str, str]) -> None:
-    """Before the SDK's ``command`` runs: refuse it, warn, or let it be; once per process tree."""
+    """Before the SDK's ``command`` runs: refuse it, warn, or let it be. Checked once in each top-level
+    Python process of the command; the processes those start are not checked again."""
     from sagetrain.config.job import load_job_config
-    from sagetrain.config.paths import root_from_environ
-    from sagetrain.errors import ExitCode
+    from sagetrain.config.paths import Paths, root_from_environ
+    from sagetrain.errors import ExitCode, SagetrainError
 
-    config = load_job_config(root_from_environ(environ), check_channels=False)
-    source = read_source_code(config.paths)
-    if source is None:
-        return
+    root = root_from_environ(environ)
+    source = read_source_code(Paths(root))
+    if source is None or source.command is None:
+        return  # an entry-script job's own Python (its pip, say): nothing to decide
+    try:
+        config = load_job_config(root, check_channels=False)
+    except SagetrainError:
+        return  # the command does not run our launcher: our rules for its configuration do not apply
     refusal = command_refusal(source, config.settings, environ)
     if refusal is not None:
         fail_at_once(refusal, ExitCode.USER_ERROR, environ)
