@@ -7,7 +7,11 @@ No AWS account and no network beyond the local Docker engine: dummy credentials,
 telemetry opted out, and the SDK run in a network namespace of its own (`unshare --net`), where only the
 Docker socket (a file) reaches anything. Both SDKs' compose files put the hosts on a network named
 `sagemaker-local`; `local_mode_project` creates it `--internal`, with the labels by which compose takes
-it as its own, so compose uses it instead of creating a routed one.
+it as its own, so compose uses it instead of creating a routed one. One that an earlier local-mode job
+left (compose creates it and never removes it) is replaced when no running container uses it.
+
+Which Compose each SDK runs, and whether that is Compose v2, is scripts/ensure-compose.sh's to judge:
+the tests ask it (`--check`), so the script and the tests cannot disagree about what is enough.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 import pytest
@@ -35,6 +41,7 @@ TEST_TOOL_PINS = REPO / "container" / "pins" / "test-tools.txt"
 # One virtualenv per SDK (both install the package `sagemaker`), out of the test environment's way.
 SDK_VENVS = Path(os.environ.get("SAGETRAIN_SDK_VENVS", REPO / ".venv-sdk"))
 INSTALL_SECONDS = 900
+ENSURE_COMPOSE = REPO / "scripts" / "ensure-compose.sh"
 # The network both SDKs' local mode names in its compose file.
 SDK_NETWORK = "sagemaker-local"
 SDK_CONFIG = """SchemaVersion: '1.0'
@@ -88,18 +95,91 @@ def sdk_python(sdk: Sdk) -> Path:
     return python
 
 
+class NetworkStep(Enum):
+    """What `local_mode_project` does about the Docker networks named sagemaker-local it finds before
+    creating its own:
+
+    none found ──> CREATE
+    found, no container on it in a running state ──> REPLACE (removed, saying so in one line; CREATE)
+    found, a container on it in a running state ──> REFUSE (the test fails, saying what to do)
+    """
+
+    CREATE = "create"
+    REPLACE = "replace"
+    REFUSE = "refuse"
+
+
+# `docker ps` states of a container that holds no network endpoint: it neither uses the network nor
+# stops its removal (Docker keeps the stopped container's setting, which names the network).
+IDLE_STATES = frozenset({"created", "exited", "dead"})
+
+
+def in_use(network: str) -> str:
+    """The failure when a running container uses the network."""
+    return (
+        f"a Docker network named {network} exists already (another local-mode job or test run?); "
+        "remove it once nothing uses it, then rerun"
+    )
+
+
+def network_step(networks: Sequence[str], attached: Mapping[str, str]) -> NetworkStep:
+    """The step for the networks found by the name (their ids) and the containers attached to one
+    (name -> `docker ps` state)."""
+    if not networks:
+        return NetworkStep.CREATE
+    if all(state in IDLE_STATES for state in attached.values()):
+        return NetworkStep.REPLACE
+    return NetworkStep.REFUSE
+
+
+def replacing_line(network: str, labels: Mapping[str, str], attached: Mapping[str, str]) -> str:
+    """The one line that says a left-behind network is replaced, and whose it was (its labels)."""
+    project = labels.get("com.docker.compose.project")
+    owner = f"by compose project {project}" if project else "(not by compose)"
+    containers = ", ".join(f"{name} {state}" for name, state in sorted(attached.items())) or "none"
+    return (
+        f"replacing the Docker network {network} left behind {owner}: no running container uses it "
+        f"(containers on it: {containers})"
+    )
+
+
+def assert_compose_v2() -> None:
+    """Both SDKs will run Compose v2, as scripts/ensure-compose.sh judges it."""
+    completed = subprocess.run(
+        [str(ENSURE_COMPOSE), "--check"], capture_output=True, text=True, timeout=120, check=False
+    )
+    if completed.returncode != 0:
+        pytest.fail(
+            f"{completed.stderr.strip()}; scripts/ensure-compose.sh installs Compose v2 (or says what is "
+            "in the way)"
+        )
+
+
+def clear_sdk_network(docker: DockerCli, network: str = SDK_NETWORK) -> None:
+    """No network by that name afterwards, or the test fails: a left-behind one that no running container
+    uses is removed, saying so in one line (a warning in pytest's summary)."""
+    networks = docker.run(["network", "ls", "--quiet", "--filter", f"name=^{network}$"]).split()
+    listing = docker.run(
+        ["ps", "--all", "--filter", f"network={network}", "--format", "{{.Names}}\t{{.State}}"]
+    )
+    attached = {name: state for name, _, state in (line.partition("\t") for line in listing.splitlines())}
+    step = network_step(networks, attached)
+    if step is NetworkStep.REFUSE:
+        pytest.fail(in_use(network))
+    if step is NetworkStep.REPLACE:
+        labels = json.loads(docker.run(["network", "inspect", "--format", "{{json .Labels}}", networks[0]]))
+        warnings.warn(replacing_line(network, labels or {}, attached), stacklevel=2)
+        removed = docker.call(["network", "rm", *networks])
+        if removed.returncode != 0:  # a container started on it meanwhile
+            pytest.fail(f"{in_use(network)} ({removed.stderr.strip()})")
+
+
 @contextmanager
 def local_mode_project(docker: DockerCli) -> Iterator[str]:
     """A compose project name, with the internal `sagemaker-local` network made for it; afterwards the
     project's containers (compose leaves them, stopped) and the network are removed."""
-    compose = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60, check=False)
-    if compose.returncode != 0:
-        pytest.fail("`docker compose` (Compose v2) is missing; scripts/ensure-compose.sh installs it")
-    if docker.run(["network", "ls", "--quiet", "--filter", f"name=^{SDK_NETWORK}$"]).strip():
-        pytest.fail(
-            f"a Docker network named {SDK_NETWORK} exists already (another local-mode job or test run?); "
-            "remove it once nothing uses it, then rerun"
-        )
+    assert_compose_v2()
+    clear_sdk_network(docker)
     project = f"sagetrain-test-sdk-{uuid.uuid4().hex[:8]}"
     network = docker.run(
         ["network", "create", "--driver", "bridge", "--internal", "--label", f"{TEST_LABEL}=1",
