@@ -12,8 +12,9 @@
 #              with the system bundle on a tmpfs (container/build-steps/with-extra-ca): no layer keeps it.
 #
 # Layer order (cheapest to change last): OS packages → venv + TensorFlow & heavy deps (slimmed: no C++
-# headers) → wheels built in the builder (sagemaker-training, Horovod) → Horovod Python patches →
-# Keras patches → sagetrain → entrypoints.
+# headers) → wheels built in the builder (sagemaker-training, Horovod) → packages added later
+# (container/pins/python-added.txt: TensorBoard) → Horovod Python patches → Keras patches → sagetrain →
+# entrypoints.
 
 ARG BASE_IMAGE=debian:bookworm-slim
 ARG DEVICE=gpu
@@ -121,6 +122,16 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
     /run/build/with-extra-ca pip install -c /run/build/python.txt \
         /run/wheels/sagemaker_training-*.whl /run/wheels/horovod-*.whl \
  && rm -rf "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gevent/tests"
+
+# Packages added after the heavy layers (container/pins/python-added.txt): a pin added or moved there
+# rebuilds this layer and the ones below it, never TensorFlow or Horovod.
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
+    --mount=type=bind,source=container/pins/python-added.txt,target=/run/build/python-added.txt \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    /run/build/with-extra-ca pip install -c /run/build/python.txt -r /run/build/python-added.txt
 
 # Python-only Horovod patches (Keras 3 support) on the installed package: editing them never
 # recompiles Horovod. Applied in name order; none is fine.

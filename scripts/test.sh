@@ -9,7 +9,7 @@ Usage: scripts/test.sh [PYTEST ARGS...]
 
 Sets up, where it can (root on Debian/Ubuntu): the Docker engine (scripts/ensure-docker.sh), Docker
 Compose v2 for the SageMaker SDK's local mode (scripts/ensure-compose.sh), Open MPI from apt, a test
-virtualenv (.venv-test, pinned by container/pins/python.txt), the CPU image (scripts/build.sh cpu),
+virtualenv (.venv-test, pinned by container/pins/python.txt and python-added.txt), the CPU image (scripts/build.sh cpu),
 then runs `python -m pytest tests` with any extra arguments.
 Environment:
   SAGETRAIN_TEST_VENV   virtualenv to use (default: .venv-test in the repository)
@@ -46,7 +46,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check -c container/pins/python.txt \
-  -r tests/requirements.txt ./container
+  -c container/pins/python-added.txt -r tests/requirements.txt ./container
 
 if [ "${SAGETRAIN_SKIP_BUILD:-0}" != 1 ]; then
   build_args=(cpu)

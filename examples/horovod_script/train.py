@@ -2,8 +2,9 @@
 
 Nothing in it knows about this image: hvd.init, one GPU per local rank, the dataset sharded by rank and
 repeated with a fixed number of steps per epoch, DistributedOptimizer with the learning rate scaled by
-the number of ranks, the broadcast, metric-average and warmup callbacks, and a save on rank 0. Run it
-with sagemaker_mpi_enabled (or on several hosts, where the image picks Horovod by default). Each rank
+the number of ranks, the broadcast, metric-average and warmup callbacks, and TensorBoard logs and a save
+on rank 0. Run it with sagemaker_mpi_enabled (or on several hosts, where the image picks Horovod by
+default). Each rank
 prints a digest of its final weights: with gradients really averaged, every rank prints the same one.
 """
 
@@ -27,6 +28,12 @@ def read_digits(files: list[str]) -> tf.data.Dataset:
         return tf.reshape(image, (8, 8, 1)), record["label"]
 
     return tf.data.TFRecordDataset(files).map(parse)
+
+
+def tensorboard_dir() -> str:
+    """SageMaker's TensorBoard output folder (what it uploads to the estimator's TensorBoard output
+    config); locally just a folder under /opt/ml/output."""
+    return str(Path(os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output")) / "tensorboard")
 
 
 def main() -> None:
@@ -74,6 +81,8 @@ def main() -> None:
         hvd.callbacks.MetricAverageCallback(),
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=1, verbose=0),
     ]
+    if hvd.rank() == 0:  # one writer, as for checkpoints: the other ranks' values are the same
+        callbacks.append(keras.callbacks.TensorBoard(log_dir=tensorboard_dir(), histogram_freq=1))
     model.fit(
         dataset,
         steps_per_epoch=steps_per_epoch,

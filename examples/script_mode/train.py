@@ -28,6 +28,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--output-data-dir", default=os.environ.get("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data")
     )
+    # What SageMaker uploads to the estimator's TensorBoard output config (its default local path).
+    parser.add_argument(
+        "--tensorboard-dir",
+        default=str(Path(os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output")) / "tensorboard"),
+    )
     return parser.parse_args()
 
 
@@ -62,7 +67,10 @@ def main() -> None:
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
-    history = model.fit(train, validation_data=validation, epochs=args.epochs, verbose=2)
+    tensorboard = keras.callbacks.TensorBoard(log_dir=args.tensorboard_dir, histogram_freq=1)
+    history = model.fit(
+        train, validation_data=validation, epochs=args.epochs, verbose=2, callbacks=[tensorboard]
+    )
 
     model_dir = Path(args.sm_model_dir)
     model.export(str(model_dir / "1"))  # SavedModel with a serving signature, for TF Serving

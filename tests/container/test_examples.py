@@ -5,6 +5,9 @@
 - script_mode (an AWS script-mode script): one host, single process, as on a one-instance estimator.
 - horovod_script (a plain Horovod script): 2 hosts × 1 rank over MPI; every rank must end with the
   same weights and report its own host.
+
+Both scripts log to SageMaker's TensorBoard output folder with Keras' TensorBoard callback (the Horovod
+one from rank 0 only): TensorBoard's own reader must find each epoch's scalars and histograms there.
 """
 
 import re
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cluster import REPO, run_cluster
+from tensorboard_events import event_files, event_tags
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
@@ -23,6 +27,14 @@ DIGITS_DATA = EXAMPLES / "keras_digits" / "data"
 def assert_exported_model(model_dir: Path) -> None:
     assert (model_dir / "1" / "saved_model.pb").is_file(), sorted(p.name for p in model_dir.iterdir())
     assert (model_dir / "model.keras").is_file(), sorted(p.name for p in model_dir.iterdir())
+
+
+def assert_tensorboard_logs(folder: Path, epochs: int, metrics: tuple[str, ...]) -> None:
+    runs = event_tags(folder)
+    steps = list(range(epochs))
+    assert {f"epoch_{name}": steps for name in metrics}.items() <= runs["train"].items(), runs
+    assert "keras" in runs["train"], runs  # the model's graph
+    assert any(tag.endswith("/histogram") for tag in runs["train"]), runs
 
 
 def test_run_example_trains_the_keras_module_on_two_hosts_and_says_where_the_model_is(tmp_path, cpu_image):
@@ -58,6 +70,7 @@ def test_script_mode_example_runs_as_one_process_and_saves_for_serving(tmp_path,
     assert final, result.describe()
     print("script-mode validation accuracy after 5 epochs:", final.group(1))
     assert float(final.group(1)) > 0.8
+    assert_tensorboard_logs(result.tree("algo-1") / "output" / "tensorboard", 5, ("loss", "accuracy"))
 
 
 def test_horovod_example_ends_with_identical_weights_on_both_hosts(tmp_path, cpu_image):
@@ -76,3 +89,5 @@ def test_horovod_example_ends_with_identical_weights_on_both_hosts(tmp_path, cpu
     assert {host for host, _ in reports.values()} == {"algo-1", "algo-2"}, reports
     assert reports[0][1] == reports[1][1], f"ranks ended with different weights: {reports}"
     assert_exported_model(result.output / "model")
+    assert_tensorboard_logs(result.tree("algo-1") / "output" / "tensorboard", 2, ("loss", "accuracy"))
+    assert event_files(result.tree("algo-2") / "output" / "tensorboard") == []

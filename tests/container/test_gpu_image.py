@@ -170,7 +170,8 @@ def cuobjdump(*arguments: str) -> str:
     except importlib.metadata.PackageNotFoundError:
         pytest.fail(
             "nvidia-cuda-cuobjdump is not installed: "
-            "pip install -c container/pins/python.txt -r tests/requirements.txt"
+            "pip install -c container/pins/python.txt -c container/pins/python-added.txt "
+            "-r tests/requirements.txt"
         )
     (binary,) = [f for f in files if f.name == "cuobjdump"]
     return subprocess.run(

@@ -11,17 +11,17 @@ import pytest
 from conftest import REPO_ROOT, run_in_image
 from sagetrain.deadline import Deadline
 
-PINS = REPO_ROOT / "container" / "pins" / "python.txt"
+PINS = [REPO_ROOT / "container" / "pins" / name for name in ("python.txt", "python-added.txt")]
 RUN_DEADLINE_S = 300
 
 REPORT_SCRIPT = """
 import json, importlib.metadata as md
-import tensorflow as tf, keras, tf_keras, mpi4py, sagemaker_training, sagetrain
+import tensorflow as tf, keras, tf_keras, mpi4py, sagemaker_training, sagetrain, tensorboard
 import horovod, horovod.tensorflow as hvd
 print(json.dumps({
     "versions": {name: md.version(name) for name in
                  ["tensorflow", "tensorflow-cpu", "tf-keras", "keras", "horovod", "mpi4py",
-                  "sagemaker-training", "paramiko"]},
+                  "sagemaker-training", "paramiko", "tensorboard"]},
     "tf_version": tf.__version__, "keras_version": keras.__version__, "horovod_version": horovod.__version__,
     "mpi_built": hvd.mpi_built(), "gloo_built": hvd.gloo_built(), "nccl_built": bool(hvd.nccl_built()),
     "cuda_built": tf.test.is_built_with_cuda(),
@@ -31,10 +31,11 @@ print(json.dumps({
 
 def pinned_versions() -> dict[str, str]:
     pins = {}
-    for line in PINS.read_text().splitlines():
-        match = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([^\s#]+).*", line)
-        if match:
-            pins[match.group(1).lower()] = match.group(2)
+    for path in PINS:
+        for line in path.read_text().splitlines():
+            match = re.fullmatch(r"\s*([A-Za-z0-9._-]+)\s*==\s*([^\s#]+).*", line)
+            if match:
+                pins[match.group(1).lower()] = match.group(2)
     return pins
 
 
@@ -54,7 +55,7 @@ def test_pip_check_is_clean(docker_client, cpu_image):
 def test_installed_versions_are_the_pinned_ones(image_report):
     pins = pinned_versions()
     for name, version in image_report["versions"].items():
-        assert version == pins[name], f"{name} is {version} in the image, {pins[name]} in {PINS.name}"
+        assert version == pins[name], f"{name} is {version} in the image, {pins[name]} in container/pins"
     assert image_report["tf_version"] == pins["tensorflow"]
     assert image_report["keras_version"] == pins["keras"]
     assert image_report["horovod_version"] == pins["horovod"]

@@ -26,6 +26,7 @@ from cluster import (
     write_regression_csv,
 )
 from conftest import run_in_image
+from tensorboard_events import event_files, event_tags
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
@@ -132,7 +133,13 @@ def run_recipe(tmp_path, image, docker_client, case: str, program: str, hosts: i
 @pytest.mark.parametrize("hosts", [2, 3])
 def test_the_common_keras3_recipe(tmp_path, cpu_image, docker_client, hosts):
     data = write_regression_csv(tmp_path / "train", rows=480)
-    run_recipe(tmp_path, cpu_image, docker_client, "mwms_keras3_fit", "train.py", hosts, data)
+    result = run_recipe(tmp_path, cpu_image, docker_client, "mwms_keras3_fit", "train.py", hosts, data)
+    # The TensorBoard callback: the chief's folder holds the logs, the other workers' none.
+    train = event_tags(result.tree("algo-1") / "output" / "tensorboard")["train"]
+    assert train["epoch_loss"] == train["epoch_mae"] == [0, 1, 2], train
+    assert "keras" in train and any(tag.endswith("/histogram") for tag in train), train
+    for host in result.hosts[1:]:
+        assert event_files(result.tree(host) / "output" / "tensorboard") == [], host
 
 
 def test_the_tensorflow_multi_worker_keras_tutorial(tmp_path, cpu_image, docker_client):
@@ -141,6 +148,62 @@ def test_the_tensorflow_multi_worker_keras_tutorial(tmp_path, cpu_image, docker_
     # The tutorial's saving section: the chief's model in the model folder, no temporary folder left.
     assert sorted(path.name for path in (result.output / "model").iterdir()) == ["keras-model.keras"]
     assert not list((result.tree("algo-2") / "model").glob("workertemp_*"))
+
+
+def write_mnist_arrays(folder: Path) -> Path:
+    """The .npy files amazon-sagemaker-examples' MWMS script reads (flat float32 images, int labels): each
+    class is a bright band of its own pixels, over noise."""
+    generator = np.random.default_rng(0)
+    folder.mkdir(parents=True)
+    for split, rows in (("train", 2048), ("eval", 256)):
+        labels = generator.integers(0, 10, rows)
+        images = generator.uniform(0, 0.2, (rows, 784)).astype(np.float32)
+        for index, label in enumerate(labels):
+            images[index, 78 * label : 78 * (label + 1)] = 1.0
+        np.save(folder / f"{split}_data.npy", images)
+        np.save(folder / f"{split}_labels.npy", labels)
+    return folder
+
+
+SERVE_SCRIPT = """
+import numpy as np, tensorflow as tf
+serving = tf.saved_model.load("/model/000000001").signatures["serving_default"]
+outputs = serving(tf.constant(np.load("/data/eval_data.npy")))
+(predictions,) = outputs.values()
+np.save("/out/served.npy", predictions.numpy())
+"""
+
+
+def test_the_sagemaker_examples_mwms_script_saves_a_saved_model_serving_its_predictions(
+    tmp_path, cpu_image, docker_client
+):
+    """Keras 2's SavedModel idiom on Keras 3 (container/keras/patches 0006): the chief's
+    `model.save(<model_dir>/000000001)` is a SavedModel whose serving signature predicts what the trained
+    model predicts."""
+    data = write_mnist_arrays(tmp_path / "training")
+    code = code_with_harness(tmp_path, "mwms_sagemaker_example")
+    probe = {"SAGETRAIN_HARNESS_PROBE": "/opt/ml/input/data/training/eval_data.npy"}
+    result = run_cluster(
+        tmp_path, cpu_image, 2, code, name="mwms-sm-example", program="mnist-distributed.py",
+        hyperparameters=MWMS, channels={"training": data}, env={**harness_env(False), **probe}, timeout=600,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.describe()
+    assert "writes a TensorFlow SavedModel folder" in result.log(), result.describe()
+    weights = files_by_host(result, "harness/worker-*-weights.npz")
+    assert_identical_weights([paths[0] for paths in weights.values()])
+    model = result.output / "model"
+    assert sorted(path.name for path in model.iterdir()) == ["000000001"]
+    assert (model / "000000001" / "saved_model.pb").is_file()
+    served = tmp_path / "served"
+    served.mkdir()
+    run = run_in_image(
+        docker_client, cpu_image, ["python", "-c", SERVE_SCRIPT], timeout_s=300,
+        volumes={str(model): {"bind": "/model", "mode": "ro"}, str(data): {"bind": "/data", "mode": "ro"},
+                 str(served): {"bind": "/out", "mode": "rw"}},
+    )  # fmt: skip
+    assert run.exit_code == 0, run.output[-3000:]
+    (trained,) = files_by_host(result, "harness/worker-0-predictions.npy")["algo-1"]
+    np.testing.assert_allclose(np.load(served / "served.npy"), np.load(trained), rtol=1e-5, atol=1e-6)
 
 
 def test_the_aws_toolkit_mwms_script(tmp_path, cpu_image, docker_client):

@@ -1,7 +1,8 @@
 """The TF_CONFIG engines across containers: MultiWorkerMirroredStrategy on 2 hosts with tf-keras `fit`
 and with a Keras 3 `strategy.run` loop (identical weights on both workers), a Keras model module under
 that strategy (trains correctly or is refused with a pointer to Horovod), and the parameter-server
-layout, which must start and end without hanging on workers that serve forever."""
+layout, which must start and end without hanging on workers that serve forever (its Keras `fit` with
+a TensorBoard callback on the chief, under the legacy-Keras switch)."""
 
 import json
 
@@ -14,6 +15,7 @@ from cluster import (
     run_cluster,
     write_regression_csv,
 )
+from tensorboard_events import event_tags
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 
@@ -109,6 +111,9 @@ def test_keras_fit_under_parameter_server_trains_with_the_legacy_keras_switch(tm
     assert_every_host_succeeded(result)
     losses = json.loads((result.output / "model" / "result.json").read_text())["losses"]
     assert len(losses) == 4 and losses[-1] < losses[0] / 10, losses
+    # The tutorial's TensorBoard callback, on the chief (tf-keras), read by TensorBoard's own reader.
+    train = event_tags(result.tree("algo-1") / "output" / "tensorboard")["train"]
+    assert train["epoch_loss"] == [0, 1, 2, 3], train
 
 
 def test_keras_3_fit_under_parameter_server_fails_naming_the_legacy_keras_switch(tmp_path, cpu_image):

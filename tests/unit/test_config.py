@@ -354,3 +354,43 @@ def test_text_no_environment_or_file_name_can_carry_is_refused_naming_file_and_f
         load_job_config(tmp_path, check_channels=False)
     assert error.value.cause.startswith(str(tmp_path / "input" / "config" / file))
     assert "\n" not in error.value.cause and "\x00" not in error.value.cause
+
+
+def test_a_job_without_a_tensorboard_output_config_has_no_tensorboard_folder(tmp_path):
+    write_tree(tmp_path)
+    assert load_job_config(tmp_path).tensorboard_dir is None
+
+
+@pytest.mark.parametrize(
+    ("local_path", "expected"),
+    [
+        ("/opt/ml/output/tensorboard", "output/tensorboard"),  # under the job root, wherever that is
+        ("/opt/ml/output/tb-logs", "output/tb-logs"),
+    ],
+)
+def test_the_tensorboard_output_config_names_the_folder(tmp_path, local_path, expected):
+    JobFiles(("algo-1",), {"sagemaker_program": "train.py"}, tensorboard_local_path=local_path).write(
+        tmp_path, "algo-1"
+    )
+    assert load_job_config(tmp_path).tensorboard_dir == tmp_path / expected
+
+
+def test_a_tensorboard_folder_outside_the_job_root_is_taken_as_given(tmp_path):
+    write_tree(tmp_path, raw={"tensorboardoutputconfig.json": json.dumps({"LocalPath": "/scratch/tb"})})
+    assert load_job_config(tmp_path).tensorboard_dir == Path("/scratch/tb")
+
+
+def test_a_tensorboard_output_config_without_a_local_path_means_sagemakers_default(tmp_path):
+    write_tree(tmp_path, raw={"tensorboardoutputconfig.json": json.dumps({"S3OutputPath": "s3://b/tb"})})
+    assert load_job_config(tmp_path).tensorboard_dir == tmp_path / "output" / "tensorboard"
+
+
+@pytest.mark.parametrize("local_path", ["tensorboard", "", 3])
+def test_a_local_path_that_is_not_an_absolute_folder_is_refused_naming_file_and_field(tmp_path, local_path):
+    write_tree(tmp_path, raw={"tensorboardoutputconfig.json": json.dumps({"LocalPath": local_path})})
+    with pytest.raises(UserError) as refused:
+        load_job_config(tmp_path)
+    assert refused.value.cause.startswith(
+        f"{tmp_path}/input/config/tensorboardoutputconfig.json field 'LocalPath' is {local_path!r}; it must "
+        "be an absolute folder path"
+    )

@@ -6,6 +6,7 @@ import pytest
 from sagetrain.config.paths import Paths
 from sagetrain.report import RankFailure, Verdict, remove_previous_report, write_report
 from sagetrain.report.files import failure_text
+from sagetrain.report.keras_2_code import KERAS_2_ERRORS, shows_keras_2_code
 
 
 def test_failure_file_first_line_is_the_cause(tmp_path):
@@ -136,21 +137,10 @@ def test_a_rank_killed_by_sigkill_is_a_root_cause_not_a_knock_on():
     assert not oom.is_knock_on()
 
 
-@pytest.mark.parametrize(
-    "keras_3_said",
-    [
-        "ImportError: cannot import name 'ImageDataGenerator' from 'keras.preprocessing.image' (/x.py)",
-        "ImportError: `keras.optimizers.legacy` is not supported in Keras 3. When using `tf.keras`, ...",
-        "ValueError: Argument(s) not recognized: {'lr': 0.1}",
-        "ValueError: Invalid filepath extension for saving. Please add either a `.keras` extension ...",
-        "ModuleNotFoundError: No module named 'keras.layers.core'",
-        "AttributeError: module 'keras._tf_keras.keras.backend' has no attribute 'set_session'",
-        "AttributeError: module 'keras.utils' has no attribute 'experimental'",
-    ],
-)
-def test_a_keras_2_script_failing_on_keras_3_is_told_of_the_legacy_keras_switch(keras_3_said):
+@pytest.mark.parametrize("entry", KERAS_2_ERRORS, ids=lambda entry: entry.spelling)
+def test_each_keras_2_error_keras_3_prints_gets_the_legacy_keras_switch_named(entry):
     failure = RankFailure(
-        0, "algo-1", 1, "train.py", last_lines=("Traceback (most recent call last):", keras_3_said)
+        0, "algo-1", 1, "train.py", last_lines=("Traceback (most recent call last):", entry.example)
     )
     assert failure.cause() == (
         "train.py exited with code 1 on rank 0 (host algo-1); if the program was written for Keras 2, run it "
@@ -160,12 +150,47 @@ def test_a_keras_2_script_failing_on_keras_3_is_told_of_the_legacy_keras_switch(
 
 
 @pytest.mark.parametrize(
+    "keras_3_said",
+    [
+        "AttributeError: module 'keras.api.backend' has no attribute 'get_value'",
+        "ModuleNotFoundError: No module named 'keras.preprocessing.text'",
+        "ModuleNotFoundError: No module named 'keras._tf_keras.keras.callbacks.experimental'",
+        "AttributeError: 'Functional' object has no attribute 'predict_generator'",
+        "TypeError: TensorFlowTrainer.evaluate() got an unexpected keyword argument 'max_queue_size'",
+        "ValueError: When using `save_weights_only=True` in `ModelCheckpoint`, the filepath provided must "
+        "end in `.weights.h5` (Keras weights format). Received: filepath=/tmp/ckpt_{epoch}",
+        "ValueError: The following argument(s) are not supported: ['include_optimizer', 'signatures']",
+    ],
+)
+def test_other_spellings_of_the_same_keras_2_errors_are_recognised(keras_3_said):
+    assert shows_keras_2_code([keras_3_said])
+
+
+@pytest.mark.parametrize(
     "other_said",
     [
         "ValueError: bad batch",
         "ModuleNotFoundError: No module named 'keras'",
         # Under the switch the modules are tf_keras': its errors are not Keras 3's.
         "AttributeError: module 'tf_keras.backend' has no attribute 'nothing'",
+        # What tf-keras 2.21 raises too, so the switch would not help: TensorFlow 1 APIs, modules and
+        # methods Keras 2 had already dropped, other packages named keras_*.
+        "AttributeError: module 'keras.backend' has no attribute 'set_session'",
+        "AttributeError: module 'tensorflow' has no attribute 'ConfigProto'",
+        "ModuleNotFoundError: No module named 'keras.utils.np_utils'",
+        "ModuleNotFoundError: No module named 'keras.layers.core'",
+        "ModuleNotFoundError: No module named 'keras.wrappers.scikit_learn'",
+        "AttributeError: module 'keras.mixed_precision' has no attribute 'experimental'",
+        "AttributeError: 'Sequential' object has no attribute 'predict_classes'",
+        "AttributeError: 'Adam' object has no attribute 'get_gradients'",
+        "ImportError: cannot import name 'Tokenizer' from 'keras_nlp.layers'",
+        "AttributeError: 'Trainer' object has no attribute 'lr'",
+        # Keras 3 spellings Keras 3 itself refuses: not Keras 2 code.
+        "ValueError: Invalid filepath extension for saving. Please add either a `.keras` extension for the",
+        "ValueError: Argument(s) not recognized: {'beta_3': 0.5}",
+        # TensorFlow's own, with no Keras in it.
+        "ValueError: To use this dataset, you need to pass this dataset to "
+        "ClusterCoordinator.create_per_worker_dataset.",
     ],
 )
 def test_other_failures_get_no_keras_hint(other_said):

@@ -1,6 +1,7 @@
 """The legacy-Keras switch: with ``SAGETRAIN_LEGACY_KERAS=1`` both ``import keras`` and ``tf.keras`` give
 tf-keras (Keras 2), for scripts that need APIs Keras 3 removed (``ImageDataGenerator``,
-``keras.optimizers.legacy``, SavedModel through ``model.save``, ParameterServerStrategy with ``fit``).
+``keras.optimizers.legacy``, ``fit_generator``, loading a SavedModel with ``load_model``,
+ParameterServerStrategy with ``fit``; report/keras_2_code.py lists them).
 
 The image calls ``install_if_requested`` at every interpreter start (a ``.pth`` file in site-packages, so
 it holds for the user's script, every MPI rank and any subprocess, whoever starts them). Without the

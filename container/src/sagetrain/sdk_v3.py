@@ -10,7 +10,8 @@ its drivers in the channel ``sm_drivers``; ``sm_train.sh`` then runs one of them
   from the ``sagemaker_*`` hyperparameters (or chooses), exactly as without ``SourceCode``.
 - ``distributed_drivers/mpi_driver.py`` (``distributed=MPI()``): starts ``/usr/sbin/sshd -D``, connects
   with paramiko and the system ``ssh``, then runs ``mpirun`` over ssh. Before it starts, this image
-  writes ssh keys made for this job (``launch/sdk_ssh.py``).
+  writes ssh keys made for this job (``launch/sdk_ssh.py``) and puts its own ``mpirun`` first on the
+  driver's PATH, so that ``process_count_per_node`` means processes on each host (``launch/sdk_mpirun.py``).
 - ``SourceCode(command=…)``: ``sm_train.sh`` runs the command itself, once on every host, and the SDK
   drops ``distributed=``. When the job asks for a distribution (a ``sagemaker_*_enabled`` hyperparameter
   or ``distributed=``), the command's first Python process fails at once saying what to do, instead of
@@ -152,8 +153,10 @@ def fail_at_once(cause: str, exit_code: int, environ: Mapping[str, str]) -> None
 
 def crowded_mpi_ranks(environ: Mapping[str, str]) -> str | None:
     """Why this rank of the SDK's MPI driver must not train, or None. The driver gives mpirun
-    ``-np process_count_per_node`` for the whole job, so on several hosts every rank lands on the master
-    and the other hosts train nothing; a rank that sees all ranks on its own host says so. Pure."""
+    ``-np process_count_per_node`` for the whole job; the image's ``mpirun`` in front of it
+    (launch/sdk_mpirun.py) makes that N on every host, but a launch it leaves as given may still put
+    every rank on the master, where the other hosts train nothing: a rank that sees all ranks on its own
+    host says so. Pure."""
     if DISTRIBUTED_CONFIG_VAR not in environ or contracts.RANK_VAR in environ:
         return None
     try:
@@ -164,11 +167,12 @@ def crowded_mpi_ranks(environ: Mapping[str, str]) -> str | None:
     if hosts < 2 or size != local_size:
         return None
     return (
-        f"the SageMaker SDK's MPI driver started all {size} ranks on one of the job's {hosts} hosts "
-        "(it gives mpirun -np process_count_per_node for the whole job); use SourceCode without distributed= "
-        "and the hyperparameters sagemaker_mpi_enabled and sagemaker_mpi_num_of_processes_per_host, or set "
-        "process_count_per_node to hosts x processes per host with "
-        "mpi_additional_options=['--map-by', 'ppr:<processes per host>:node']"
+        f"the SageMaker SDK's MPI driver started all {size} ranks on one of the job's {hosts} hosts; give "
+        "MPI(process_count_per_node=<processes per host>) without mpirun options that place ranks (the image "
+        "then runs that many on every host), or set process_count_per_node to hosts x processes per host "
+        "with mpi_additional_options=['--map-by', 'ppr:<processes per host>:node'], or use SourceCode "
+        "without distributed= and the hyperparameters sagemaker_mpi_enabled and "
+        "sagemaker_mpi_num_of_processes_per_host"
     )
 
 
@@ -256,9 +260,11 @@ def at_interpreter_start(
         if driver is SdkDriver.BASIC_SCRIPT:
             hand_over(environ)
         elif driver is SdkDriver.MPI:
+            from sagetrain.launch import sdk_mpirun
             from sagetrain.launch.sdk_ssh import prepare_for_mpi_driver
 
             prepare_for_mpi_driver(environ)
+            sdk_mpirun.install(environ, contracts.RunDir.from_env(environ))
         elif may_run_sdk_command(argv, orig_argv, environ):
             check_sdk_command(environ)
     except SagetrainError as error:

@@ -15,7 +15,10 @@ image). Active only with SAGETRAIN_HARNESS_OUT set, it:
   its global batch, the reference;
 - at exit writes the trainable weights of the last Keras model the script built to
   `$SAGETRAIN_HARNESS_OUT/<worker>-weights.npz` (worker-<TF_CONFIG index>, rank-<MPI rank> or
-  reference), and its non-trainable ones (batch-norm statistics) to `<worker>-non-trainable.npz`.
+  reference), and its non-trainable ones (batch-norm statistics) to `<worker>-non-trainable.npz`;
+- with SAGETRAIN_HARNESS_PROBE naming a .npy file of inputs, also what that model predicts for them,
+  to `<worker>-predictions.npy` (a direct call, not `predict`: at exit no other worker joins a
+  distributed step).
 """
 
 from __future__ import annotations
@@ -101,6 +104,10 @@ def _dump_weights_at_exit(out_dir: str) -> None:
             ):
                 values = [np.asarray(variable.numpy()) for variable in variables]
                 np.savez(Path(out_dir) / f"{_worker_name()}-{kind}.npz", *values)
+            probe = os.environ.get("SAGETRAIN_HARNESS_PROBE")
+            if probe:
+                predictions = np.asarray(built[-1](np.load(probe), training=False))
+                np.save(Path(out_dir) / f"{_worker_name()}-predictions.npy", predictions)
 
     atexit.register(dump)
 

@@ -17,6 +17,7 @@ from sagetrain.config.hyperparameters import (
 )
 from sagetrain.config.paths import Paths
 from sagetrain.config.resources import ResourceConfig, parse_resource_config
+from sagetrain.config.tensorboard import read_tensorboard_dir
 from sagetrain.sdk_v3 import with_source_code
 
 
@@ -30,6 +31,8 @@ class JobConfig:
     raw_resource_config: dict[str, Any]
     raw_input_data_config: dict[str, Any]
     hyperparameters: dict[str, Any]  # decoded, all keys
+    # The TensorBoard output config's local folder; None when the job has no such config.
+    tensorboard_dir: Path | None
 
     @property
     def toolkit_hyperparameters(self) -> dict[str, Any]:
@@ -65,4 +68,5 @@ def load_job_config(root: Path, *, check_channels: bool = True) -> JobConfig:
         raw_resource_config=raw_resources,
         raw_input_data_config=raw_channels,
         hyperparameters=hyperparameters,
+        tensorboard_dir=read_tensorboard_dir(paths),
     )

@@ -16,6 +16,7 @@ from sagetrain.config.channels import Channel, InputMode, S3Distribution, input_
 from sagetrain.config.hyperparameters import encode_hyperparameters
 from sagetrain.config.paths import Paths
 from sagetrain.config.resources import InstanceGroup, resource_config
+from sagetrain.config.tensorboard import tensorboard_config
 
 
 @dataclass(frozen=True)
@@ -42,9 +43,12 @@ class JobFiles:
     channels: tuple[ChannelSpec, ...] = ()
     instance_groups: tuple[InstanceGroup, ...] = ()
     network_interface: str = "eth0"
+    # The TensorBoard output config's LocalPath; None: the job has no TensorBoard output config.
+    tensorboard_local_path: str | None = None
 
     def write(self, root: Path, host: str) -> Paths:
-        """``host``'s tree under ``root``: the three config files, a folder per File/FastFile channel,
+        """``host``'s tree under ``root``: the three config files (and the TensorBoard output config, when
+        the job has one), a folder per File/FastFile channel,
         and the model, output/data and code folders; what is already there stays."""
         paths = Paths(root)
         config = {
@@ -54,6 +58,8 @@ class JobFiles:
             ),
             paths.input_data_config: input_data_config(channel.on(paths) for channel in self.channels),
         }
+        if self.tensorboard_local_path is not None:
+            config[paths.tensorboard_config] = tensorboard_config(self.tensorboard_local_path)
         for path, content in config.items():
             write_json(path, content)
         for channel in self.channels:

@@ -37,6 +37,11 @@ class Paths:
         return self.config_dir / "inputdataconfig.json"
 
     @property
+    def tensorboard_config(self) -> Path:
+        """Written when the job has a TensorBoard output config (config/tensorboard.py reads it)."""
+        return self.config_dir / "tensorboardoutputconfig.json"
+
+    @property
     def data_dir(self) -> Path:
         return self.root / "input" / "data"
 
@@ -66,7 +71,8 @@ class Paths:
 
     @property
     def tensorboard_dir(self) -> Path:
-        """What SageMaker uploads to the TensorBoard output config's S3 path (its default local path)."""
+        """What SageMaker uploads to the TensorBoard output config's S3 path when the config names no other
+        local path."""
         return self.output_dir / "tensorboard"
 
     @property

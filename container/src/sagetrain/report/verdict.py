@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sagetrain.config.hyperparameters import LaunchSettings
 from sagetrain.errors import ExitCode
-from sagetrain.legacy_keras import LEGACY_KERAS_VAR
+from sagetrain.report.keras_2_code import LEGACY_KERAS_HINT, shows_keras_2_code
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ class RankFailure:
 
     def shows_keras_2_code(self) -> bool:
         """Whether the rank failed on an error Keras 3 raises for code written for Keras 2."""
-        return any(KERAS_2_ERRORS.search(said) for said in (self.message, self.traceback, *self.last_lines))
+        return shows_keras_2_code((self.message, self.traceback, *self.last_lines))
 
     def detail(self) -> str:
         parts = []
@@ -115,25 +113,6 @@ class RankFailure:
 
 # What Horovod makes every surviving rank raise once one rank has failed or exited.
 KNOCK_ON_MARKERS = ("Horovod has been shut down", "HorovodInternalError")
-
-
-# What Keras 3 raises on Keras 2 code: APIs it removed or renamed, Keras 2 arguments, SavedModel through
-# save(), and what a Keras 2 ParameterServerStrategy script meets first (names as Python prints them:
-# keras.x, keras.api.x, keras._tf_keras.keras.x). Under the legacy-Keras switch the modules are
-# tf_keras', so their errors do not match.
-KERAS_2_ERRORS = re.compile(
-    r"cannot import name '\w+' from 'keras[\w.]*'"
-    r"|No module named 'keras\.[\w.]+'"
-    r"|module 'keras[\w.]*' has no attribute '\w+'"
-    r"|Argument\(s\) not recognized: \{"
-    r"|Invalid filepath extension for saving"
-    r"|is not supported in Keras 3"
-)
-LEGACY_KERAS_HINT = (
-    "if the program was written for Keras 2, run it with tf-keras as both keras and tf.keras: set the "
-    f"hyperparameter {LaunchSettings.key('legacy_keras')}=true (or the environment variable "
-    f"{LEGACY_KERAS_VAR}=1)"
-)
 
 
 def root_failure(failures: Sequence[RankFailure]) -> RankFailure | None:

@@ -33,6 +33,15 @@ class TrainerJob:
     def paths(self) -> Paths:
         return self.config.paths
 
+    @property
+    def tensorboard_dir(self) -> Path | None:
+        """Where rank 0 writes the epoch scalars: the job's TensorBoard output config's folder, else
+        SageMaker's default one when it exists; None: nowhere."""
+        if self.config.tensorboard_dir is not None:
+            return self.config.tensorboard_dir
+        default = self.paths.tensorboard_dir
+        return default if default.is_dir() else None
+
     def channel(self, name: str) -> Channel | None:
         return self.config.channel(name)
 

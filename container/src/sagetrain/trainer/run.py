@@ -256,8 +256,8 @@ class EpochRunner:
         # Made here, not at import: a tensor made before Horovod's collectives pin this rank's GPU would
         # initialise every device and make pinning fail.
         self.stop_flags = {True: tf.constant(1.0), False: tf.constant(0.0)}
-        tensorboard = job.paths.tensorboard_dir
-        self.writer = EpochScalars(tensorboard) if job.ranks.rank == 0 and tensorboard.is_dir() else None
+        tensorboard = job.tensorboard_dir
+        self.writer = EpochScalars(tensorboard) if job.ranks.rank == 0 and tensorboard is not None else None
 
     def run_steps(self, epoch: int, skip: int) -> None:
         """One epoch's steps after the first ``skip`` (a resumed epoch); raises Terminated after the step

@@ -1,7 +1,7 @@
 # ruff: noqa: PTH118
 """The common Keras 3 recipe under MultiWorkerMirroredStrategy: `import keras`, the strategy, a model
 built and compiled in `strategy.scope()`, `model.fit` on a tf.data dataset with `epochs` and
-`steps_per_epoch`. (Upstream Keras 3 fails here before the first step.)"""
+`steps_per_epoch`, with a TensorBoard callback. (Upstream Keras 3 fails here before the first step.)"""
 
 import json
 import os
@@ -25,4 +25,9 @@ with strategy.scope():
     )
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
 
-model.fit(dataset, epochs=3, steps_per_epoch=10, verbose=2)
+# TensorBoard logs in SageMaker's TensorBoard output folder: every worker runs the callback, the chief
+# writes (as tf-keras documented it for multi-worker training).
+tensorboard = keras.callbacks.TensorBoard(
+    log_dir=os.path.join(os.environ.get("SM_OUTPUT_DIR", "/opt/ml/output"), "tensorboard"), histogram_freq=1
+)
+model.fit(dataset, epochs=3, steps_per_epoch=10, verbose=2, callbacks=[tensorboard])

@@ -1,7 +1,7 @@
 # ruff: noqa: PTH103, PTH118, PTH123
 """Keras `fit` under ParameterServerStrategy, as TensorFlow's parameter-server tutorial writes it: the
-chief builds the model in the strategy's scope and fits a DatasetCreator; workers and parameter servers
-serve until the job ends."""
+chief builds the model in the strategy's scope and fits a DatasetCreator with a TensorBoard callback;
+workers and parameter servers serve until the job ends."""
 
 import json
 import os
@@ -24,8 +24,14 @@ def dataset_fn(input_context):
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
     model.compile(tf.keras.optimizers.SGD(0.1), loss="mse", steps_per_execution=5)
+# As the tutorial does: TensorBoard logs from the chief (here in SageMaker's TensorBoard output folder).
+callbacks = [tf.keras.callbacks.TensorBoard(log_dir=os.path.join(os.environ["SM_OUTPUT_DIR"], "tensorboard"))]
 history = model.fit(
-    tf.keras.utils.experimental.DatasetCreator(dataset_fn), epochs=4, steps_per_epoch=20, verbose=2
+    tf.keras.utils.experimental.DatasetCreator(dataset_fn),
+    epochs=4,
+    steps_per_epoch=20,
+    verbose=2,
+    callbacks=callbacks,
 )
 losses = [float(loss) for loss in history.history["loss"]]
 print(f"chief done: losses={losses}", flush=True)
