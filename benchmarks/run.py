@@ -9,6 +9,7 @@ on first use (kept tagged for reuse). Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -19,15 +20,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib and figures
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "scripts"))  # the one Docker client
-sys.path.insert(2, str(Path(__file__).resolve().parents[1] / "container" / "src"))  # its Deadline
+REPO = Path(__file__).resolve().parents[1]
+if importlib.util.find_spec("localcluster") is None:  # started as `python3 benchmarks/run.py`
+    # The repository's packages (the one Docker client, sagetrain's Deadline) come through the same
+    # launcher as scripts/local-cluster's; benchlib and figures are beside this file.
+    os.execv(REPO / "scripts" / "repo-python", ["repo-python", "-B", __file__, *sys.argv[1:]])
 
-from benchlib.cluster import JobFailed
-from benchlib.context import Context
-from benchlib.report import Row, format_table, markdown_table, summarise, summary_document
-from figures import FIGURES
-from localcluster.dockercli import DockerCli, DockerError
+from benchlib.cluster import JobFailed  # noqa: E402 (after the launcher check)
+from benchlib.context import Context  # noqa: E402 (after the launcher check)
+from benchlib.report import Row, format_table, markdown_table, summarise, summary_document  # noqa: E402 (after the launcher check)
+from figures import FIGURES  # noqa: E402 (after the launcher check)
+from localcluster.dockercli import DockerCli, DockerError  # noqa: E402 (after the launcher check)
 
 EPILOG = (
     "figures:\n"

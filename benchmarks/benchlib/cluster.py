@@ -13,7 +13,6 @@ import json
 import secrets
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,7 +90,7 @@ def field_values(text: str) -> dict[str, str]:
 
 def write_trees(spec: JobSpec, job_name: str, trees: Path) -> None:
     command = [
-        sys.executable, str(LOCAL_CLUSTER), "--image", spec.image, "--hosts", str(spec.hosts),
+        str(LOCAL_CLUSTER), "--image", spec.image, "--hosts", str(spec.hosts),
         "--code", str(spec.code), "--program", spec.program,
         "--hp-json", json.dumps(dict(spec.hyperparameters)),
         "--job-name", job_name, "--write-only", "--workdir", str(trees),

@@ -36,7 +36,7 @@ def job_files(spec: TreeSpec) -> JobFiles:
     return JobFiles(
         hosts=spec.hosts,
         hyperparameters=job_hyperparameters(spec),
-        channels=tuple(channel.spec() for channel in spec.channels),
+        channels=tuple(source.channel for source in spec.channels),
         instance_groups=spec.instance_groups,
         network_interface=spec.network_interface,
     )
@@ -55,7 +55,7 @@ def write_host_tree(root: Path, host: str, spec: TreeSpec) -> None:
     job_files(spec).write(root, host)
     for channel in spec.channels:
         destination = root / "input" / "data" / channel.name
-        if channel.distribution is S3Distribution.SHARDED_BY_S3_KEY:
+        if channel.channel.s3_distribution is S3Distribution.SHARDED_BY_S3_KEY:
             files = [path.relative_to(channel.source).as_posix() for path in _files_under(channel.source)]
             destination.mkdir(parents=True, exist_ok=True)
             for name in shard_files(files, spec.hosts)[host]:

@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sagetrain.config.channels import CHANNEL_NAME, InputMode, S3Distribution
-from sagetrain.config.job_files import ChannelSpec
+from sagetrain.config.channels import CHANNEL_NAME, Channel, S3Distribution
 from sagetrain.config.resources import DEFAULT_INSTANCE_GROUP, LOCAL_INSTANCE_TYPE, InstanceGroup
 
 EXIT_USAGE = 2
@@ -44,17 +43,15 @@ class HostState(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Channel:
-    """A channel and the local folder (or file) its data is copied from."""
+class ChannelSource:
+    """A channel of the job and the local folder (or file) its data is copied from."""
 
-    name: str
+    channel: Channel
     source: Path
-    content_type: str | None = None
-    distribution: S3Distribution = S3Distribution.FULLY_REPLICATED
-    input_mode: InputMode = InputMode.FILE
 
-    def spec(self) -> ChannelSpec:
-        return ChannelSpec(self.name, self.input_mode, self.distribution, self.content_type)
+    @property
+    def name(self) -> str:
+        return self.channel.name
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ class TreeSpec:
     hosts: tuple[str, ...]
     code_dir: Path | None
     program: str | None
-    channels: tuple[Channel, ...] = ()
+    channels: tuple[ChannelSource, ...] = ()
     hyperparameters: Mapping[str, object] = field(default_factory=dict)
     instance_groups: tuple[InstanceGroup, ...] = ()
     distribution_instance_groups: tuple[str, ...] = ()
@@ -185,9 +182,9 @@ def parse_instance_groups(texts: Sequence[str], hosts: tuple[str, ...]) -> tuple
 
 def parse_channels(
     texts: Sequence[str], content_types: Sequence[str], sharded: Sequence[str]
-) -> tuple[Channel, ...]:
+) -> tuple[ChannelSource, ...]:
     types = dict(split_assignment(text, "--content-type") for text in content_types)
-    channels: list[Channel] = []
+    channels: list[ChannelSource] = []
     for text in texts:
         name, source = split_assignment(text, "--channel")
         if not CHANNEL_NAME.fullmatch(name):
@@ -197,7 +194,8 @@ def parse_channels(
         distribution = (
             S3Distribution.SHARDED_BY_S3_KEY if name in sharded else S3Distribution.FULLY_REPLICATED
         )
-        channels.append(Channel(name, Path(source), types.get(name), distribution))
+        channel = Channel(name, s3_distribution=distribution, content_type=types.get(name))
+        channels.append(ChannelSource(channel, Path(source)))
     names = [channel.name for channel in channels]
     for name in set(types) | set(sharded):
         if name not in names:

@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -129,7 +128,7 @@ class RunningCluster:
         self.timeout = timeout
         self.lines: list[str] = []
         self.changed = threading.Condition()
-        command = [sys.executable, str(RUNNER), *args, "--job-name", job_name, "--workdir", str(workdir),
+        command = [str(RUNNER), *args, "--job-name", job_name, "--workdir", str(workdir),
                    "--output", str(output), "--timeout", str(timeout)]  # fmt: skip
         print("$", " ".join(command), flush=True)
         self.process = subprocess.Popen(
@@ -213,7 +212,7 @@ def write_trees(tmp_path: Path, image: str, hosts: int, code: Path | None, **kwa
     workdir = tmp_path / "trees"
     args = cluster_args(image, hosts, code, **kwargs)  # type: ignore[arg-type]
     subprocess.run(
-        [sys.executable, str(RUNNER), *args, "--workdir", str(workdir), "--write-only"],
+        [str(RUNNER), *args, "--workdir", str(workdir), "--write-only"],
         check=True, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     return workdir

@@ -10,18 +10,12 @@ few seconds when nothing changed, and it guarantees the image matches the work t
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-# scripts/ on sys.path, as scripts/local-cluster puts it there itself: the one Docker client is
-# scripts/localcluster/dockercli.py (its Deadline is sagetrain's, on pytest's pythonpath).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
 from cluster import DOCKER
 from localcluster.dockercli import DockerCli, DockerError, answer_deadline
 from sagetrain.deadline import Deadline

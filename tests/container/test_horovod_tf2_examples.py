@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from cluster import CASES, assert_identical_weights
 from conftest import run_in_image
-from test_keras_multi_worker import HARNESS, write_mnist_like
+from harness import HARNESS, write_mnist_like
+from keras_harness.harness_names import MAX_TAKE_VAR, MNIST_VAR, OUT_VAR
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
@@ -34,12 +35,12 @@ SCRIPTS = {
 }  # fmt: skip
 HARNESS_ENV = {
     "PYTHONPATH": "/work/harness",
-    "SAGETRAIN_HARNESS_OUT": "/work/out",
-    "SAGETRAIN_HARNESS_MNIST": "/work/data/mnist.npz",
+    OUT_VAR: "/work/out",
+    MNIST_VAR: "/work/data/mnist.npz",
     # Keras' own switches for running a script briefly without editing it (24 epochs of 250 steps).
     "KERAS_MAX_EPOCHS": "2",
     "KERAS_MAX_STEPS_PER_EPOCH": "5",
-    "SAGETRAIN_HARNESS_MAX_TAKE": "12",
+    MAX_TAKE_VAR: "12",
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -26,51 +25,17 @@ from cluster import (
     write_regression_csv,
 )
 from conftest import run_in_image
+from harness import OUT as HARNESS_OUT
+from harness import code_with_harness, harness_env, write_mnist_arrays, write_mnist_like
+from keras_harness.harness_names import REFERENCE_VAR
 from tensorboard_events import event_files, event_tags
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
-HARNESS = Path(__file__).resolve().parent / "keras_harness"
 MWMS = {"sagemaker_multi_worker_mirrored_strategy_enabled": True}
-HARNESS_OUT = "/opt/ml/output/data/harness"
-MNIST_IN_CONTAINER = "/opt/ml/input/data/mnist/mnist.npz"
 # Max abs difference allowed between a worker's weights and the one-process reference: float32 sums
 # of the same gradients in another order, over a few hundred steps.
 REFERENCE_ATOL = 1e-4
-
-
-def write_mnist_like(folder: Path, rows: int = 4096) -> Path:
-    """An MNIST-shaped mnist.npz (uint8 28x28 images, int labels 0-9) that a CNN can learn: each class
-    is a bright bar at its own rows, over noise. The real file is not on PyPI, and tests download
-    nothing."""
-    generator = np.random.default_rng(0)
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def split(count: int) -> tuple[np.ndarray, np.ndarray]:
-        labels = generator.integers(0, 10, size=count).astype(np.uint8)
-        images = generator.integers(0, 60, size=(count, 28, 28)).astype(np.uint8)
-        for index, label in enumerate(labels):
-            images[index, 2 + 2 * label : 4 + 2 * label, 4:24] = 255
-        return images, labels
-
-    (x_train, y_train), (x_test, y_test) = split(rows), split(rows // 8)
-    path = folder / "mnist.npz"
-    np.savez_compressed(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
-    return path
-
-
-def code_with_harness(tmp_path: Path, case: str) -> Path:
-    code = tmp_path / f"code-{case}"
-    shutil.copytree(CASES / case, code)
-    shutil.copytree(HARNESS, code / "harness")
-    return code
-
-
-def harness_env(mnist: bool) -> dict[str, str]:
-    env = {"PYTHONPATH": "/opt/ml/code/harness", "SAGETRAIN_HARNESS_OUT": HARNESS_OUT}
-    if mnist:
-        env["SAGETRAIN_HARNESS_MNIST"] = MNIST_IN_CONTAINER
-    return env
 
 
 def reference_weights(docker_client, image: str, code: Path, program: str, workers: int, data: Path):
@@ -91,8 +56,8 @@ def reference_weights(docker_client, image: str, code: Path, program: str, worke
             str(out): {"bind": HARNESS_OUT, "mode": "rw"},
         },
         environment={
-            **harness_env(data_target.endswith("mnist")),
-            "SAGETRAIN_HARNESS_REFERENCE": "1",
+            **harness_env(mnist=data_target.endswith("mnist")),
+            REFERENCE_VAR: "1",
             "TF_CONFIG": json.dumps(tf_config),
             "SM_CHANNEL_TRAIN": "/opt/ml/input/data/train",
             "SM_MODEL_DIR": "/tmp",
@@ -109,7 +74,7 @@ def run_recipe(tmp_path, image, docker_client, case: str, program: str, hosts: i
     mnist = (data / "mnist.npz").exists()
     result = run_cluster(
         tmp_path, image, hosts, code, name=f"{case}-{hosts}", program=program, hyperparameters=MWMS,
-        channels={"mnist" if mnist else "train": data}, env=harness_env(mnist), extra=["--grace", "60"],
+        channels={"mnist" if mnist else "train": data}, env=harness_env(mnist=mnist), extra=["--grace", "60"],
         timeout=600,
     )  # fmt: skip
     assert result.exit_code == 0, result.describe()
@@ -150,21 +115,6 @@ def test_the_tensorflow_multi_worker_keras_tutorial(tmp_path, cpu_image, docker_
     assert not list((result.tree("algo-2") / "model").glob("workertemp_*"))
 
 
-def write_mnist_arrays(folder: Path) -> Path:
-    """The .npy files amazon-sagemaker-examples' MWMS script reads (flat float32 images, int labels): each
-    class is a bright band of its own pixels, over noise."""
-    generator = np.random.default_rng(0)
-    folder.mkdir(parents=True)
-    for split, rows in (("train", 2048), ("eval", 256)):
-        labels = generator.integers(0, 10, rows)
-        images = generator.uniform(0, 0.2, (rows, 784)).astype(np.float32)
-        for index, label in enumerate(labels):
-            images[index, 78 * label : 78 * (label + 1)] = 1.0
-        np.save(folder / f"{split}_data.npy", images)
-        np.save(folder / f"{split}_labels.npy", labels)
-    return folder
-
-
 SERVE_SCRIPT = """
 import numpy as np, tensorflow as tf
 serving = tf.saved_model.load("/model/000000001").signatures["serving_default"]
@@ -182,10 +132,10 @@ def test_the_sagemaker_examples_mwms_script_saves_a_saved_model_serving_its_pred
     model predicts."""
     data = write_mnist_arrays(tmp_path / "training")
     code = code_with_harness(tmp_path, "mwms_sagemaker_example")
-    probe = {"SAGETRAIN_HARNESS_PROBE": "/opt/ml/input/data/training/eval_data.npy"}
+    probe = "/opt/ml/input/data/training/eval_data.npy"
     result = run_cluster(
         tmp_path, cpu_image, 2, code, name="mwms-sm-example", program="mnist-distributed.py",
-        hyperparameters=MWMS, channels={"training": data}, env={**harness_env(False), **probe}, timeout=600,
+        hyperparameters=MWMS, channels={"training": data}, env=harness_env(probe=probe), timeout=600,
     )  # fmt: skip
     assert result.exit_code == 0, result.describe()
     assert "writes a TensorFlow SavedModel folder" in result.log(), result.describe()

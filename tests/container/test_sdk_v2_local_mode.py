@@ -12,12 +12,12 @@ algo-1-<suffix>, algo-2-<suffix>.
 from __future__ import annotations
 
 import re
-import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
-from cluster import CASES, assert_identical_weights, write_regression_csv
+from cluster import CASES, write_regression_csv
+from harness import assert_workers_identical, code_with_harness, harness_env
 from sdk_local_mode import (
     REPO,
     SDK_V2,
@@ -33,7 +33,6 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 HERE = Path(__file__).resolve().parent
 JOB_SCRIPT = HERE / "sdk_v2_estimator_job.py"
 JOB_SECONDS = 600
-HARNESS_OUT = "/opt/ml/output/data/harness"
 # The image's TensorFlow and Python, as the estimator's framework_version and py_version.
 TF_VERSION = re.search(r"^tensorflow==(\d+\.\d+)", (REPO / "container/pins/python.txt").read_text(), re.M)
 PYTHON_VERSION = re.search(
@@ -88,14 +87,9 @@ def test_the_estimator_with_mpi_distribution_trains_on_two_hosts(tmp_path, cpu_i
 
 
 def test_the_estimator_with_multi_worker_mirrored_trains_keras_3_fit(tmp_path, cpu_image, docker_client, sdk):
-    code = tmp_path / "code"
-    shutil.copytree(CASES / "mwms_keras3_fit", code)
-    shutil.copytree(HERE / "keras_harness", code / "harness")
+    code = code_with_harness(tmp_path, "mwms_keras3_fit")
     _, data = fit(
         sdk, docker_client, tmp_path, cpu_image, code,
-        distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
-        environment={"PYTHONPATH": "/opt/ml/code/harness", "SAGETRAIN_HARNESS_OUT": HARNESS_OUT},
+        distribution={"multi_worker_mirrored_strategy": {"enabled": True}}, environment=harness_env(),
     )  # fmt: skip
-    weights = sorted((data / Path(HARNESS_OUT).name).glob("worker-*-weights.npz"))
-    assert [path.name for path in weights] == ["worker-0-weights.npz", "worker-1-weights.npz"]
-    assert_identical_weights(weights)
+    assert_workers_identical(data, 2)

@@ -6,7 +6,8 @@ internal network, resourceconfig.json naming the interface SDK v3 local mode nam
   as the sagemaker_* hyperparameters ask: 4 ranks, identical weights.
 - SourceCode + distributed=MPI(): the SDK's MPI driver (its sshd, paramiko, ssh and mpirun) works with the
   ssh keys this image derives for the job: 4 ranks, identical weights, whether the job asks for 2
-  processes per node (the image's mpirun runs 2 on each host) or for all 4 placed with --map-by.
+  processes per node (the image's mpirun runs 2 on each host) or for all 4 placed with --map-by; a launch
+  that still puts every rank on one host fails at once, saying what to do.
 - Those keys let the job's hosts in and no one else: a container holding another job's keys is refused.
 """
 
@@ -20,8 +21,10 @@ from pathlib import Path
 import pytest
 from cluster import CASES, write_regression_csv
 from conftest import TEST_LABEL, run_in_image
-from sagetrain.config.job_files import ChannelSpec, JobFiles
+from sagetrain.config.channels import Channel
+from sagetrain.config.job_files import JobFiles
 from sagetrain.deadline import Deadline
+from sagetrain.sdk.mpirun import CORRECTED
 from sdk_v3_package import SdkDrivers, fetch_sdk_drivers
 
 HOSTS = ("algo-1", "algo-2")
@@ -42,7 +45,7 @@ def write_host(
     JobFiles(
         HOSTS,
         hyperparameters,
-        channels=(ChannelSpec("train"), ChannelSpec("code"), ChannelSpec("sm_drivers")),
+        channels=(Channel("train"), Channel("code"), Channel("sm_drivers")),
         network_interface="ethwe",
     ).write(root, host)
     data = root / "input" / "data"
@@ -149,7 +152,7 @@ def test_the_sdk_mpi_driver_trains_across_hosts_with_keys_derived_for_the_job(
     )
     assert_four_ranks_on_two_hosts_with_identical_weights(tmp_path, results)
     assert "no hostkeys available" not in results["algo-1"][1] + results["algo-2"][1]
-    assert "asks for" not in results["algo-1"][1]  # nothing corrected
+    assert CORRECTED.split("{")[0] not in results["algo-1"][1]  # nothing corrected
 
 
 def test_process_count_per_node_means_that_many_ranks_on_every_host(
@@ -162,14 +165,29 @@ def test_process_count_per_node_means_that_many_ranks_on_every_host(
         docker_client, cpu_image, internal_network, tmp_path, sdk, True, {"epochs": 2}, distributed
     )
     assert_four_ranks_on_two_hosts_with_identical_weights(tmp_path, results)
-    said = (
-        "MPI(process_count_per_node=2) asks for 2 processes on each host, but the SageMaker SDK's MPI driver "
-        "gave mpirun -np 2 for the whole job: running 4, 2 on each of the job's 2 hosts"
-    )
+    said = CORRECTED.format(per_node=2, total=4, hosts=2)
     assert results["algo-1"][1].count(said) == 1, results["algo-1"][1][-4000:]
 
 
-PREPARE = "import os; from sagetrain.launch import sdk_ssh; sdk_ssh.prepare_for_mpi_driver(os.environ)"
+def test_ranks_a_job_still_puts_on_one_host_of_several_fail_at_once_saying_what_to_do(
+    cpu_image, docker_client, internal_network, tmp_path, sdk
+):
+    """A launch the image leaves as given (it places its ranks: 2 per node) that asks for only 2 ranks
+    in all: both land on algo-1, and the job fails at once instead of training one host's share."""
+    distributed = {"process_count_per_node": 2, "mpi_additional_options": ["--map-by", "ppr:2:node"]}
+    results = run_sdk_job(
+        docker_client, cpu_image, internal_network, tmp_path, sdk, True, {"epochs": 2}, distributed
+    )
+    code, log = results["algo-1"]
+    failure = (tmp_path / "algo-1" / "output" / "failure").read_text()
+    assert code != 0, log[-4000:]
+    assert failure.startswith(
+        "the SageMaker SDK's MPI driver started all 2 ranks on one of the job's 2 hosts"
+    ), failure
+    assert not list((tmp_path / "algo-1" / "output" / "data").glob("identity-rank-*.json"))
+
+
+PREPARE = "import os; from sagetrain.sdk import ssh; ssh.prepare_for_mpi_driver(os.environ)"
 SSHD_START_SECONDS = 120
 
 

@@ -11,13 +11,13 @@ asserts 4 ranks (or 2 workers) spread over both hosts and identical weights:
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
-from cluster import CASES, assert_identical_weights, write_regression_csv
+from cluster import CASES, write_regression_csv
+from harness import assert_workers_identical, code_with_harness, harness_env
 from localcluster.dockercli import DockerCli
 from sdk_local_mode import (
     SDK_V3,
@@ -32,12 +32,10 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
 HERE = Path(__file__).resolve().parent
 JOB_SCRIPT = HERE / "sdk_v3_trainer_job.py"
-HARNESS = HERE / "keras_harness"
 HOSTS = ("algo-1", "algo-2")
 JOB_SECONDS = 600
 # SDK v3's folder for the SourceCode's source_dir inside the container (the channel `code`).
 CODE_IN_CONTAINER = "/opt/ml/input/data/code"
-HARNESS_OUT = "/opt/ml/output/data/harness"
 MPI_HYPERPARAMETERS = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2}
 
 
@@ -135,20 +133,16 @@ def test_hyperparameters_naming_the_program_run_the_image_launcher(tmp_path, cpu
 def test_source_code_alone_trains_keras_3_fit_under_multi_worker_mirrored(tmp_path, cpu_image, sdk, project):
     """The common Keras 3 recipe (MultiWorkerMirroredStrategy, `fit`) with the test harness beside it in
     the source folder, which writes each worker's final weights."""
-    code = tmp_path / "code"
-    shutil.copytree(CASES / "mwms_keras3_fit", code)
-    shutil.copytree(HARNESS, code / "harness")
+    code = code_with_harness(tmp_path, "mwms_keras3_fit")
     job = new_job(
         tmp_path, cpu_image,
         source_code={"source_dir": str(code), "entry_script": "train.py"}, mpi=None,
         hyperparameters={"sagemaker_multi_worker_mirrored_strategy_enabled": True},
-        environment={"PYTHONPATH": f"{CODE_IN_CONTAINER}/harness", "SAGETRAIN_HARNESS_OUT": HARNESS_OUT},
+        environment=harness_env(CODE_IN_CONTAINER),
     )  # fmt: skip
     run = train(sdk, project, tmp_path, job)
     assert run.exit_code == 0, run.describe()
-    weights = sorted((job.output_data / Path(HARNESS_OUT).name).glob("worker-*-weights.npz"))
-    assert [path.name for path in weights] == ["worker-0-weights.npz", "worker-1-weights.npz"], run.describe()
-    assert_identical_weights(weights)
+    assert_workers_identical(job.output_data, len(HOSTS))
 
 
 def test_a_command_with_mpi_hyperparameters_fails_saying_what_to_do(tmp_path, cpu_image, sdk, project):

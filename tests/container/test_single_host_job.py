@@ -9,7 +9,8 @@ import textwrap
 from pathlib import Path
 
 from conftest import run_in_image
-from sagetrain.config.job_files import ChannelSpec, JobFiles
+from sagetrain.config.channels import Channel
+from sagetrain.config.job_files import JobFiles
 
 JOB_DEADLINE_S = 600
 RECORDS = 40
@@ -70,9 +71,7 @@ def write_job_tree(root: Path) -> None:
         "epochs": 3,
     }
     # As SageMaker writes them: every hyperparameter value a JSON-encoded string.
-    JobFiles(("algo-1",), hyperparameters, (ChannelSpec("train", content_type="text/csv"),)).write(
-        root, "algo-1"
-    )
+    JobFiles(("algo-1",), hyperparameters, (Channel("train", content_type="text/csv"),)).write(root, "algo-1")
     data = root / "input" / "data" / "train"
     lines = [f"{i},{i % 3},{i % 5 / 5},{i % 7 / 7},{(i % 3) + (i % 5) / 5}" for i in range(RECORDS)]
     (data / "data.csv").write_text("\n".join(lines) + "\n")

@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 from sagetrain.errors import UserError
-from sagetrain.run.archive import extract_archive
+from sagetrain.program.archive import extract_archive
 
 
 def member(name, kind=tarfile.REGTYPE, data=b"", linkname="", mode=0o644):

@@ -4,12 +4,14 @@ import json
 from pathlib import Path
 
 import pytest
-from sagetrain.config import load_job_config
 from sagetrain.config.channels import Channel, InputMode, S3Distribution
 from sagetrain.config.devices import count_listed_gpus, visible_gpu_count
 from sagetrain.config.hyperparameters import decode_hyperparameters, parse_settings, user_hyperparameters
-from sagetrain.config.job_files import ChannelSpec, JobFiles
+from sagetrain.config.job import load_job_config
+from sagetrain.config.job_files import JobFiles
+from sagetrain.config.paths import Paths
 from sagetrain.config.resources import InstanceGroup
+from sagetrain.config.tensorboard import read_tensorboard_dir
 from sagetrain.engines import Engine
 from sagetrain.errors import UserError
 
@@ -171,8 +173,8 @@ def test_the_files_written_as_sagemaker_writes_them_read_back_as_written(tmp_pat
         hosts=hosts,
         hyperparameters=values,
         channels=(
-            ChannelSpec("train", content_type="text/csv"),
-            ChannelSpec("shards", InputMode.FAST_FILE, S3Distribution.SHARDED_BY_S3_KEY),
+            Channel("train", content_type="text/csv"),
+            Channel("shards", InputMode.FAST_FILE, S3Distribution.SHARDED_BY_S3_KEY),
         ),
         instance_groups=(InstanceGroup("g", "ml.p4d.24xlarge", hosts),),
     )
@@ -192,10 +194,13 @@ def test_the_files_written_as_sagemaker_writes_them_read_back_as_written(tmp_pat
     }
     assert config.settings.program == "train.py"
     assert config.channels == (
-        Channel("train", tmp_path / "input" / "data" / "train", InputMode.FILE, "text/csv"),
-        Channel("shards", tmp_path / "input" / "data" / "shards", InputMode.FAST_FILE, None,
-                S3Distribution.SHARDED_BY_S3_KEY),
-    )  # fmt: skip
+        Channel("train", InputMode.FILE, content_type="text/csv"),
+        Channel("shards", InputMode.FAST_FILE, S3Distribution.SHARDED_BY_S3_KEY, None),
+    )
+    assert [config.paths.channel_dir(channel.name) for channel in config.channels] == [
+        tmp_path / "input" / "data" / "train",
+        tmp_path / "input" / "data" / "shards",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -358,7 +363,7 @@ def test_text_no_environment_or_file_name_can_carry_is_refused_naming_file_and_f
 
 def test_a_job_without_a_tensorboard_output_config_has_no_tensorboard_folder(tmp_path):
     write_tree(tmp_path)
-    assert load_job_config(tmp_path).tensorboard_dir is None
+    assert read_tensorboard_dir(Paths(tmp_path)) is None
 
 
 @pytest.mark.parametrize(
@@ -366,31 +371,37 @@ def test_a_job_without_a_tensorboard_output_config_has_no_tensorboard_folder(tmp
     [
         ("/opt/ml/output/tensorboard", "output/tensorboard"),  # under the job root, wherever that is
         ("/opt/ml/output/tb-logs", "output/tb-logs"),
+        ("/opt/ml/output/../output/tb", "output/tb"),
     ],
 )
 def test_the_tensorboard_output_config_names_the_folder(tmp_path, local_path, expected):
     JobFiles(("algo-1",), {"sagemaker_program": "train.py"}, tensorboard_local_path=local_path).write(
         tmp_path, "algo-1"
     )
-    assert load_job_config(tmp_path).tensorboard_dir == tmp_path / expected
+    assert read_tensorboard_dir(Paths(tmp_path)) == tmp_path / expected
 
 
 def test_a_tensorboard_folder_outside_the_job_root_is_taken_as_given(tmp_path):
     write_tree(tmp_path, raw={"tensorboardoutputconfig.json": json.dumps({"LocalPath": "/scratch/tb"})})
-    assert load_job_config(tmp_path).tensorboard_dir == Path("/scratch/tb")
+    assert read_tensorboard_dir(Paths(tmp_path)) == Path("/scratch/tb")
+    escaping = {"LocalPath": "/opt/ml/../etc"}
+    write_tree(tmp_path, raw={"tensorboardoutputconfig.json": json.dumps(escaping)})
+    assert read_tensorboard_dir(Paths(tmp_path)) == Path("/opt/etc")  # normalised: not under /opt/ml
 
 
 def test_a_tensorboard_output_config_without_a_local_path_means_sagemakers_default(tmp_path):
     write_tree(tmp_path, raw={"tensorboardoutputconfig.json": json.dumps({"S3OutputPath": "s3://b/tb"})})
-    assert load_job_config(tmp_path).tensorboard_dir == tmp_path / "output" / "tensorboard"
+    assert read_tensorboard_dir(Paths(tmp_path)) == tmp_path / "output" / "tensorboard"
 
 
 @pytest.mark.parametrize("local_path", ["tensorboard", "", 3])
 def test_a_local_path_that_is_not_an_absolute_folder_is_refused_naming_file_and_field(tmp_path, local_path):
     write_tree(tmp_path, raw={"tensorboardoutputconfig.json": json.dumps({"LocalPath": local_path})})
     with pytest.raises(UserError) as refused:
-        load_job_config(tmp_path)
+        read_tensorboard_dir(Paths(tmp_path))
     assert refused.value.cause.startswith(
         f"{tmp_path}/input/config/tensorboardoutputconfig.json field 'LocalPath' is {local_path!r}; it must "
         "be an absolute folder path"
     )
+    # Only the managed trainer reads it: a job's configuration loads whatever it says.
+    assert load_job_config(tmp_path).settings.program == "train.py"

@@ -11,6 +11,7 @@ from sagetrain.errors import PlatformError
 from sagetrain.launch.coordination import wait_for_hosts
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, RankReport
 from sagetrain.launch.lifecycle import STOP_SECONDS, JobFailedEarly
+from sagetrain.launch.messages import Hello
 from sagetrain.launch.mpi import (
     AFTER_RANKS_STOP_SECONDS,
     MPIRUN_STOP_SECONDS,
@@ -55,7 +56,7 @@ def queue_of(*events) -> EventQueue:
 def test_a_joined_host_whose_program_fails_ends_the_wait_naming_the_failed_rank():
     failure = RankFailure(1, "algo-2", 1, "train.py", message="ValueError: bad shape")
     events = queue_of(
-        joined("algo-2", {}),
+        joined("algo-2", Hello()),
         rank_failed(failure),
         outcome("algo-2", Verdict(1, "train.py on host algo-2 exited with code 1")),
     )
@@ -68,7 +69,7 @@ def test_a_joined_host_whose_program_fails_ends_the_wait_naming_the_failed_rank(
 
 def test_a_failed_outcome_without_rank_report_is_the_verdict_itself():
     failed = Verdict(2, "the parameter server task on host algo-2 exited with code 2")
-    events = queue_of(joined("algo-2", {}), outcome("algo-2", failed))
+    events = queue_of(joined("algo-2", Hello()), outcome("algo-2", failed))
     with pytest.raises(JobFailedEarly) as raised:
         wait_for_hosts(events, HOSTS, until_ready=False, deadline=Deadline(3600, "workers"))
     assert raised.value.verdict == failed
@@ -77,15 +78,15 @@ def test_a_failed_outcome_without_rank_report_is_the_verdict_itself():
 def test_events_that_are_not_about_joining_are_kept_for_the_job_loop_in_order():
     failure = RankFailure(1, "algo-2", 1, "train.py")
     early = [rank_failed(failure), outcome("algo-2", SUCCESS)]
-    events = queue_of(joined("algo-2", {"k": 1}), *early, joined("algo-3", {}))
+    events = queue_of(joined("algo-2", Hello(ssh_host_key="k1")), *early, joined("algo-3", Hello()))
     hellos = wait_for_hosts(events, HOSTS, until_ready=False, deadline=Deadline(60, "workers"))
-    assert hellos == {"algo-2": {"k": 1}, "algo-3": {}}
+    assert hellos == {"algo-2": Hello(ssh_host_key="k1"), "algo-3": Hello()}
     assert [events.get(Deadline(1, "replay")) for _ in early] == early
     assert events.get(Deadline(0.05, "nothing more")) is None
 
 
 def test_mpi_waits_for_ready_and_names_the_missing_host_at_the_deadline():
-    events = queue_of(joined("algo-2", {}), ready("algo-2"), joined("algo-3", {}))
+    events = queue_of(joined("algo-2", Hello()), ready("algo-2"), joined("algo-3", Hello()))
     with pytest.raises(PlatformError, match="still missing: algo-3"):
         wait_for_hosts(events, HOSTS, until_ready=True, deadline=Deadline(0.2, "workers"))
 

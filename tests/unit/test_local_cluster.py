@@ -1,5 +1,5 @@
-"""Pure parts of scripts/local-cluster (the package scripts/localcluster/, on sys.path through
-tests/unit/conftest.py): SageMaker file contents, flag parsing, docker argument lists, tree writing and
+"""Pure parts of scripts/local-cluster (the package scripts/localcluster/, on pytest's pythonpath):
+SageMaker file contents, flag parsing, docker argument lists, tree writing and
 the job verdict. The docker-driving parts are tested in tests/container."""
 
 import itertools
@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -27,7 +26,7 @@ from localcluster.sagemaker_files import (
     write_trees,
 )
 from localcluster.spec import (
-    Channel,
+    ChannelSource,
     ContainerLimits,
     Interrupted,
     RunSpec,
@@ -44,9 +43,8 @@ from localcluster.spec import (
 )
 from sagetrain.config import channels as sagemaker_channels
 from sagetrain.config import resources as sagemaker_resources
-from sagetrain.config.channels import S3Distribution
+from sagetrain.config.channels import Channel, S3Distribution
 from sagetrain.config.hyperparameters import encode_hyperparameters
-from sagetrain.config.paths import Paths
 from sagetrain.config.resources import InstanceGroup
 
 RUNNER_PATH = Path(__file__).resolve().parents[2] / "scripts" / "local-cluster"
@@ -61,8 +59,7 @@ def resource_config(host, spec):
 
 
 def input_data_config(channels):
-    paths = Paths(Path("/opt/ml"))
-    return sagemaker_channels.input_data_config(channel.spec().on(paths) for channel in channels)
+    return sagemaker_channels.input_data_config(source.channel for source in channels)
 
 
 def tree_spec(**overrides):
@@ -346,9 +343,9 @@ def test_trees_hold_sagemaker_files_code_and_channel_data(tmp_path):
         code_dir=code,
         hyperparameters={"epochs": 2, "optimizer": "adam"},
         channels=(
-            Channel("train", data, "text/csv"),
-            Channel("shards", data, distribution=S3Distribution.SHARDED_BY_S3_KEY),
-            Channel("labels", single_file),
+            ChannelSource(Channel("train", content_type="text/csv"), data),
+            ChannelSource(Channel("shards", s3_distribution=S3Distribution.SHARDED_BY_S3_KEY), data),
+            ChannelSource(Channel("labels"), single_file),
         ),
     )
     validate_tree_inputs(spec)
@@ -385,7 +382,7 @@ def test_missing_inputs_are_named_before_anything_runs(tmp_path):
     with pytest.raises(UsageError, match=r"--program train\.py is not in --code"):
         validate_tree_inputs(tree_spec(code_dir=tmp_path))
     with pytest.raises(UsageError, match="--channel train="):
-        validate_tree_inputs(tree_spec(channels=(Channel("train", tmp_path / "absent"),)))
+        validate_tree_inputs(tree_spec(channels=(ChannelSource(Channel("train"), tmp_path / "absent"),)))
 
 
 def test_write_only_then_from_workdir_reads_the_hosts_back(tmp_path, capsys):
@@ -521,7 +518,7 @@ def test_ctrl_c_while_the_trees_are_written_removes_them(tmp_path):
     flags = job_flags(tmp_path, "--hosts", "3", "--channel", f"train={data}", "--docker", str(docker),
                       "--output", str(tmp_path / "out"))  # fmt: skip
     runner = subprocess.Popen(
-        [sys.executable, str(RUNNER_PATH), *flags],
+        [str(RUNNER_PATH), *flags],
         env={**os.environ, "TMPDIR": str(temp)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sagetrain.config.job_files import ChannelSpec, JobFiles
+from sagetrain.config.channels import Channel
+from sagetrain.config.job_files import JobFiles
 from sagetrain.config.toolkit_env import rebased_env_vars, with_fields
 
 SRC = Path(__file__).resolve().parents[2] / "container" / "src"
@@ -14,7 +15,7 @@ SRC = Path(__file__).resolve().parents[2] / "container" / "src"
 
 def write(root, hosts, hyperparameters, current=None):
     """A tree as SageMaker writes it on ``current`` (the first host by default), with a train channel."""
-    JobFiles(tuple(hosts), hyperparameters, (ChannelSpec("train"),)).write(root, current or hosts[0])
+    JobFiles(tuple(hosts), hyperparameters, (Channel("train"),)).write(root, current or hosts[0])
 
 
 def plan(root, *args):

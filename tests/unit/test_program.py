@@ -2,7 +2,7 @@
 
 import pytest
 from sagetrain.errors import UserError
-from sagetrain.run.program import (
+from sagetrain.program.kind import (
     ProgramKind,
     adjusted_user_hyperparameters,
     classify_program,

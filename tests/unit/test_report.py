@@ -4,6 +4,7 @@ import signal
 
 import pytest
 from sagetrain.config.paths import Paths
+from sagetrain.launch.messages import JobVerdict, RankFailed, decode, encode
 from sagetrain.report import RankFailure, Verdict, remove_previous_report, write_report
 from sagetrain.report.files import failure_text
 from sagetrain.report.keras_2_code import KERAS_2_ERRORS, shows_keras_2_code
@@ -111,9 +112,9 @@ def test_rank_killed_by_sigkill_mentions_memory():
 
 def test_messages_round_trip():
     failure = RankFailure(2, "h", 1, "p", "m", "tb", ("x",))
-    assert RankFailure.from_message(failure.to_message()) == failure
+    assert decode(encode(RankFailed(failure))) == RankFailed(failure)
     verdict = Verdict(5, "c", "d")
-    assert Verdict.from_message(verdict.to_message()) == verdict
+    assert decode(encode(JobVerdict(verdict))) == JobVerdict(verdict)
 
 
 def test_root_failure_skips_ranks_that_failed_because_horovod_shut_down():
@@ -156,10 +157,11 @@ def test_each_keras_2_error_keras_3_prints_gets_the_legacy_keras_switch_named(en
         "ModuleNotFoundError: No module named 'keras.preprocessing.text'",
         "ModuleNotFoundError: No module named 'keras._tf_keras.keras.callbacks.experimental'",
         "AttributeError: 'Functional' object has no attribute 'predict_generator'",
-        "TypeError: TensorFlowTrainer.evaluate() got an unexpected keyword argument 'max_queue_size'",
+        "ValueError: Arguments not recognized: {'workers': 2}",  # evaluate(..., workers=2)
+        "TypeError: TensorFlowTrainer.predict() got an unexpected keyword argument 'use_multiprocessing'",
         "ValueError: When using `save_weights_only=True` in `ModelCheckpoint`, the filepath provided must "
         "end in `.weights.h5` (Keras weights format). Received: filepath=/tmp/ckpt_{epoch}",
-        "ValueError: The following argument(s) are not supported: ['include_optimizer', 'signatures']",
+        "ValueError: The following argument(s) are not supported: ['signatures']",
     ],
 )
 def test_other_spellings_of_the_same_keras_2_errors_are_recognised(keras_3_said):
@@ -188,9 +190,12 @@ def test_other_spellings_of_the_same_keras_2_errors_are_recognised(keras_3_said)
         # Keras 3 spellings Keras 3 itself refuses: not Keras 2 code.
         "ValueError: Invalid filepath extension for saving. Please add either a `.keras` extension for the",
         "ValueError: Argument(s) not recognized: {'beta_3': 0.5}",
-        # TensorFlow's own, with no Keras in it.
+        # TensorFlow's own, raised by a program that drives ParameterServerStrategy without Keras.
         "ValueError: To use this dataset, you need to pass this dataset to "
         "ClusterCoordinator.create_per_worker_dataset.",
+        # A 'str' has no 'name' anywhere else.
+        'File "/opt/ml/code/train.py", line 3, in <module>\n'
+        "AttributeError: 'str' object has no attribute 'name'",
     ],
 )
 def test_other_failures_get_no_keras_hint(other_said):

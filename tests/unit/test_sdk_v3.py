@@ -11,11 +11,18 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
+from sagetrain import contracts
+from sagetrain.config.channels import Channel
 from sagetrain.config.job import load_job_config
-from sagetrain.config.job_files import ChannelSpec, JobFiles
-from sagetrain.launch.membership import Membership
-from sagetrain.launch.sdk_ssh import JobSshKeys, SshLayout, prepare_for_mpi_driver, write_ssh_files
-from sagetrain.sdk_v3 import (
+from sagetrain.config.job_files import JobFiles
+from sagetrain.launch.membership import SECRET_VAR, Membership
+from sagetrain.launch.sshd import SshFiles
+from sagetrain.sdk.ssh import JobSshKeys, prepare_for_mpi_driver, write_ssh_files
+from sagetrain.sdk.v3 import (
+    DISTRIBUTED_CONFIG_VAR,
+    HANDED_OVER_VAR,
+    HOST_COUNT_VAR,
+    SOURCE_DIR_VAR,
     SdkDriver,
     at_interpreter_start,
     command_refusal,
@@ -46,7 +53,7 @@ def test_a_driver_is_recognised_by_the_script_the_interpreter_starts_with(argv, 
     assert recognise(argv, {}) is expected
 
 
-@pytest.mark.parametrize("launched_by", ["SAGETRAIN_RANK", "OMPI_COMM_WORLD_RANK", "SAGETRAIN_SDK_DRIVER"])
+@pytest.mark.parametrize("launched_by", [contracts.RANK_VAR, contracts.MPI_RANK_VAR, HANDED_OVER_VAR])
 def test_a_process_our_launcher_or_mpirun_started_is_never_a_driver(launched_by):
     assert recognise([f"{DRIVERS}/basic_script_driver.py"], {launched_by: "0"}) is None
 
@@ -69,7 +76,7 @@ def write_job(root: Path, host: str, hyperparameters: dict, source_code: dict | 
     JobFiles(
         ("algo-1", "algo-2"),
         hyperparameters,
-        channels=(ChannelSpec("train"), ChannelSpec("code"), ChannelSpec("sm_drivers")),
+        channels=(Channel("train"), Channel("code"), Channel("sm_drivers")),
     ).write(root, host)
     if source_code is not None:
         (root / "input/data/sm_drivers/sourcecode.json").write_text(json.dumps(source_code))
@@ -143,32 +150,32 @@ def test_a_job_key_pair_is_an_openssh_ed25519_pair_whose_halves_match():
 
 
 def test_the_ssh_files_admit_the_job_client_key_alone_and_know_the_job_hosts_alone(tmp_path):
-    layout = SshLayout.under(tmp_path / "etc", tmp_path / "home/.ssh")
+    layout = SshFiles.system(tmp_path / "etc", tmp_path / "home/.ssh")
     keys = keys_of(b"k" * 32)
     (tmp_path / "home/.ssh").mkdir(parents=True)
     layout.authorized_keys.write_text("ssh-ed25519 AAAAother someone-else\n")
     write_ssh_files(keys, ("algo-1", "algo-2"), layout)
     assert layout.authorized_keys.read_text() == keys.client.public_line + "\n"
     assert layout.known_hosts.read_text() == f"algo-1,algo-2 {' '.join(keys.host.public_line.split()[:2])}\n"
-    assert layout.identity.read_text() == keys.client.private_openssh
+    assert layout.client_key.read_text() == keys.client.private_openssh
     assert layout.host_key.read_text() == keys.host.private_openssh
-    drop_in = layout.drop_in.read_text().splitlines()
+    drop_in = layout.sshd_config.read_text().splitlines()
     assert f"HostKey {layout.host_key}" in drop_in
     assert "PasswordAuthentication no" in drop_in
     assert f"AuthorizedKeysFile {layout.authorized_keys}" in drop_in
-    for private in (layout.host_key, layout.identity, layout.authorized_keys):
+    for private in (layout.host_key, layout.client_key, layout.authorized_keys):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
-    assert stat.S_IMODE(layout.identity.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(layout.client_key.parent.stat().st_mode) == 0o700
 
 
-def prepared(root: Path, environ: dict) -> SshLayout:
-    layout = SshLayout.under(root / "etc-ssh", root / "root-ssh")
+def prepared(root: Path, environ: dict) -> SshFiles:
+    layout = SshFiles.system(root / "etc-ssh", root / "root-ssh")
     prepare_for_mpi_driver({"SAGEMAKER_BASE_DIR": str(root), **environ}, layout)
     return layout
 
 
 def test_every_host_of_a_job_derives_the_same_keys_and_another_job_does_not(tmp_path, monkeypatch):
-    monkeypatch.setattr("sagetrain.launch.sdk_ssh.PRIVILEGE_SEPARATION_DIR", tmp_path / "run-sshd")
+    monkeypatch.setattr("sagetrain.sdk.ssh.PRIVILEGE_SEPARATION_DIR", tmp_path / "run-sshd")
     job = {"TRAINING_JOB_NAME": "job-1"}
     one = prepared(write_job(tmp_path / "a1", "algo-1", {"epochs": 2}, SOURCE_CODE), job)
     two = prepared(write_job(tmp_path / "a2", "algo-2", {"epochs": 2}, SOURCE_CODE), job)
@@ -177,22 +184,22 @@ def test_every_host_of_a_job_derives_the_same_keys_and_another_job_does_not(tmp_
     )
     secret = prepared(
         write_job(tmp_path / "c1", "algo-1", {"epochs": 2}, SOURCE_CODE),
-        {**job, "SAGETRAIN_JOB_SECRET": "s3cr3t!"},
+        {**job, SECRET_VAR: "s3cr3t!"},
     )
-    assert raw_private(one.identity.read_text()) == raw_private(two.identity.read_text())
+    assert raw_private(one.client_key.read_text()) == raw_private(two.client_key.read_text())
     assert raw_private(one.host_key.read_text()) == raw_private(two.host_key.read_text())
     assert one.known_hosts.read_text() == two.known_hosts.read_text()
     for different in (other, secret):
-        assert raw_private(different.identity.read_text()) != raw_private(one.identity.read_text())
+        assert raw_private(different.client_key.read_text()) != raw_private(one.client_key.read_text())
         assert different.authorized_keys.read_text() != one.authorized_keys.read_text()
 
 
 def mpi_rank(size: int, local_size: int, hosts: int, **extra: str) -> dict[str, str]:
     return {
-        "SM_DISTRIBUTED_CONFIG": '{"process_count_per_node": 2}',
-        "SM_HOST_COUNT": str(hosts),
-        "OMPI_COMM_WORLD_SIZE": str(size),
-        "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+        DISTRIBUTED_CONFIG_VAR: '{"process_count_per_node": 2}',
+        HOST_COUNT_VAR: str(hosts),
+        contracts.MPI_SIZE_VAR: str(size),
+        contracts.MPI_LOCAL_SIZE_VAR: str(local_size),
         **extra,
     }
 
@@ -210,8 +217,8 @@ def test_a_rank_of_the_sdk_mpi_driver_that_sees_every_rank_on_its_host_of_severa
         mpi_rank(size=4, local_size=2, hosts=2),  # spread over the hosts
         mpi_rank(size=2, local_size=2, hosts=1),  # one host: nowhere else to go
         mpi_rank(size=2, local_size=2, hosts=2, SAGETRAIN_RANK="0"),  # our launcher's rank
-        {k: v for k, v in mpi_rank(size=2, local_size=2, hosts=2).items() if k != "SM_DISTRIBUTED_CONFIG"},
-        {"SM_DISTRIBUTED_CONFIG": "{}", "SM_HOST_COUNT": "2"},  # not an MPI rank
+        {k: v for k, v in mpi_rank(size=2, local_size=2, hosts=2).items() if k != DISTRIBUTED_CONFIG_VAR},
+        {DISTRIBUTED_CONFIG_VAR: "{}", HOST_COUNT_VAR: "2"},  # not an MPI rank
     ],
 )
 def test_other_processes_are_not_crowded_ranks(environ):
@@ -219,7 +226,7 @@ def test_other_processes_are_not_crowded_ranks(environ):
 
 
 COMMAND = {"source_dir": "/home/me/src", "entry_script": None, "command": "python train.py --epochs 2"}
-SDK_SHELL = {"SM_SOURCE_DIR": "/opt/ml/input/data/code"}  # what sm_train.sh's environment has
+SDK_SHELL = {SOURCE_DIR_VAR: "/opt/ml/input/data/code"}  # what sm_train.sh's environment has
 
 
 @pytest.mark.parametrize(
@@ -231,7 +238,7 @@ SDK_SHELL = {"SM_SOURCE_DIR": "/opt/ml/input/data/code"}  # what sm_train.sh's e
             {},
             "sagemaker_multi_worker_mirrored_strategy_enabled",
         ),
-        ({}, {"SM_DISTRIBUTED_CONFIG": '{"process_count_per_node": 2}'}, "distributed="),
+        ({}, {DISTRIBUTED_CONFIG_VAR: '{"process_count_per_node": 2}'}, "distributed="),
     ],
 )
 def test_a_command_in_a_job_asking_for_a_distribution_is_refused_naming_what_asked(
@@ -271,8 +278,8 @@ def test_a_command_on_several_hosts_is_warned_about_and_on_one_host_not(tmp_path
         (["-c"], ["python", "-c", "import a"], SDK_SHELL, True),
         (["-m"], ["python", "-m", "mypackage.train"], SDK_SHELL, True),
         (["train.py"], ["python", "train.py"], {}, False),  # not under the SDK's sm_train.sh
-        (["train.py"], ["python", "train.py"], {**SDK_SHELL, "SAGETRAIN_RANK": "0"}, False),  # our rank
-        (["train.py"], ["python", "train.py"], {**SDK_SHELL, "SAGETRAIN_SDK_DRIVER": "command"}, False),
+        (["train.py"], ["python", "train.py"], {**SDK_SHELL, contracts.RANK_VAR: "0"}, False),  # our rank
+        (["train.py"], ["python", "train.py"], {**SDK_SHELL, HANDED_OVER_VAR: "command"}, False),
         (["-m", "train"], ["python", "-m", "sagetrain", "train"], SDK_SHELL, False),  # our launcher
         (
             ["/opt/ml/input/data/sm_drivers/scripts/install_requirements.py", "requirements.txt"],
@@ -294,7 +301,7 @@ def test_the_hook_warns_once_about_a_command_on_several_hosts(tmp_path, capsys):
     environ = command_environ(write_job(tmp_path, "algo-1", {"epochs": 2}, COMMAND))
     at_interpreter_start(["train.py"], environ, ["python", "train.py"])
     assert "sagetrain: SourceCode(command=...) runs its command once on each of" in capsys.readouterr().err
-    assert environ["SAGETRAIN_SDK_DRIVER"] == "command"
+    assert environ[HANDED_OVER_VAR] == "command"
     at_interpreter_start(["train.py"], environ, ["python", "train.py"])  # the command's next Python
     assert capsys.readouterr().err == ""
 
@@ -302,7 +309,7 @@ def test_the_hook_warns_once_about_a_command_on_several_hosts(tmp_path, capsys):
 def test_the_hook_refuses_a_command_asking_for_mpi_with_one_sentence_and_exit_1(tmp_path):
     root = write_job(tmp_path, "algo-1", {"sagemaker_mpi_enabled": True}, COMMAND)
     source = Path(__file__).resolve().parents[2] / "container" / "src"
-    hook = "import os; from sagetrain import sdk_v3; sdk_v3.at_interpreter_start(['train.py'], os.environ)"
+    hook = "import os; from sagetrain.sdk import v3; v3.at_interpreter_start(['train.py'], os.environ)"
     completed = subprocess.run(
         [sys.executable, "-c", f"{hook}; print('the command ran')"],
         env={"PATH": os.environ["PATH"], "PYTHONPATH": str(source), **command_environ(root)},

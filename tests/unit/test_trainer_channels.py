@@ -4,8 +4,8 @@ import os
 from pathlib import Path
 
 import pytest
-from sagetrain.config.channels import InputMode, S3Distribution
-from sagetrain.config.job_files import ChannelSpec, JobFiles
+from sagetrain.config.channels import Channel, InputMode, S3Distribution
+from sagetrain.config.job_files import JobFiles
 from sagetrain.contracts import RankPlace
 from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError, UserError
@@ -20,7 +20,7 @@ def environ(root, **extra):
     return {"SAGEMAKER_BASE_DIR": str(root), **extra}
 
 
-TRAIN_ONLY = (ChannelSpec("train"),)
+TRAIN_ONLY = (Channel("train"),)
 
 
 def write_job(root, hyperparameters=None, channels=TRAIN_ONLY):
@@ -34,13 +34,17 @@ def make_files(directory, names_and_sizes):
         (directory / name).write_bytes(b"x" * size)
 
 
+def train_dir(root):
+    return root / "input" / "data" / "train"
+
+
 def place(rank, local_rank, size, local_size):
     return RankPlace(rank=rank, size=size, local_rank=local_rank, local_size=local_size)
 
 
 def test_the_trainer_reads_the_launchers_configuration_and_its_place(tmp_path):
-    train = ChannelSpec("train", InputMode.FAST_FILE, S3Distribution.SHARDED_BY_S3_KEY)
-    write_job(tmp_path, {"epochs": 3, "sagemaker_program": "x"}, (train, ChannelSpec("test")))
+    train = Channel("train", InputMode.FAST_FILE, S3Distribution.SHARDED_BY_S3_KEY)
+    write_job(tmp_path, {"epochs": 3, "sagemaker_program": "x"}, (train, Channel("test")))
     env = environ(
         tmp_path,
         SAGETRAIN_ENGINE="horovod",
@@ -54,12 +58,12 @@ def test_the_trainer_reads_the_launchers_configuration_and_its_place(tmp_path):
     assert job.ranks == place(3, 1, 4, 2)
     assert dict(job.hyperparameters) == {"epochs": 3}
     channel = job.channel("train")
-    assert (channel.path, channel.input_mode, channel.s3_distribution) == (
+    assert (job.paths.channel_dir(channel.name), channel.input_mode, channel.s3_distribution) == (
         tmp_path / "input" / "data" / "train",
         InputMode.FAST_FILE,
         S3Distribution.SHARDED_BY_S3_KEY,
     )
-    assert job.channel("test").path == tmp_path / "input" / "data" / "test"
+    assert job.paths.channel_dir(job.channel("test").name) == tmp_path / "input" / "data" / "test"
     assert job.paths.model_dir == tmp_path / "model"
     assert job.checkpoint_dir == tmp_path / "checkpoints"
     assert trainer_job({**env, "SAGETRAIN_CHECKPOINT_DIR": "/c"}).checkpoint_dir == Path("/c")
@@ -93,7 +97,7 @@ def test_a_bad_hyperparameters_file_is_named(tmp_path):
 
 
 def spec_for(tmp_path, distribution="FullyReplicated", mode="File"):
-    write_job(tmp_path, channels=(ChannelSpec("train", InputMode(mode), S3Distribution(distribution)),))
+    write_job(tmp_path, channels=(Channel("train", InputMode(mode), S3Distribution(distribution)),))
     return trainer_job(environ(tmp_path)).channel("train")
 
 
@@ -103,7 +107,10 @@ def test_file_level_shards_of_a_channel_cover_each_file_once(tmp_path):
         [("a.tfrecord", 50), ("b.tfrecord", 10), ("c.tfrecord", 40), (".hidden", 5), ("sub/d.tfrecord", 30)],
     )
     spec = spec_for(tmp_path)
-    channels = [open_channel(spec, place(rank, rank, 2, 2), reader_needs_format=True) for rank in range(2)]
+    channels = [
+        open_channel(spec, train_dir(tmp_path), place(rank, rank, 2, 2), reader_needs_format=True)
+        for rank in range(2)
+    ]
     assert all(channel.data_format is DataFormat.TFRECORD for channel in channels)
     assert all(channel.shard.level is ShardLevel.FILE for channel in channels)
     names = sorted(Path(path).name for channel in channels for path in channel.files)
@@ -114,11 +121,16 @@ def test_sharded_by_s3_key_splits_between_local_ranks_only(tmp_path):
     make_files(tmp_path / "input" / "data" / "train", [("a.npz", 10), ("b.npz", 10)])
     spec = spec_for(tmp_path, distribution="ShardedByS3Key")
     # Ranks 2 and 3 are local ranks 0 and 1 of the second host: they split that host's two files.
-    shards = [open_channel(spec, place(rank, rank - 2, 4, 2), reader_needs_format=True) for rank in (2, 3)]
+    shards = [
+        open_channel(spec, train_dir(tmp_path), place(rank, rank - 2, 4, 2), reader_needs_format=True)
+        for rank in (2, 3)
+    ]
     assert [len(channel.files) for channel in shards] == [1, 1]
     assert shards[0].files != shards[1].files
     # Fully replicated, the same two files on four ranks are split by record instead.
-    replicated = open_channel(spec_for(tmp_path), place(3, 1, 4, 2), reader_needs_format=True)
+    replicated = open_channel(
+        spec_for(tmp_path), train_dir(tmp_path), place(3, 1, 4, 2), reader_needs_format=True
+    )
     assert (replicated.shard.level, replicated.shard.record_index, replicated.shard.record_count) == (
         ShardLevel.RECORD,
         3,
@@ -131,7 +143,9 @@ def test_npy_pairs_are_one_unit(tmp_path):
         tmp_path / "input" / "data" / "train",
         [("p0_x.npy", 8), ("p0_y.npy", 2), ("p1_x.npy", 8), ("p1_y.npy", 2)],
     )
-    channel = open_channel(spec_for(tmp_path), place(0, 0, 2, 2), reader_needs_format=True)
+    channel = open_channel(
+        spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 2, 2), reader_needs_format=True
+    )
     assert channel.shard.level is ShardLevel.FILE
     assert [Path(path).name for path in channel.files] == ["p0_x.npy"]
 
@@ -148,23 +162,27 @@ def test_npy_pairs_are_one_unit(tmp_path):
 def test_unreadable_channels_are_named(tmp_path, files, message):
     make_files(tmp_path / "input" / "data" / "train", files)
     with pytest.raises(UserError, match=message):
-        open_channel(spec_for(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
+        open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
 
 
 def test_pipe_mode_is_rejected_clearly(tmp_path):
     make_files(tmp_path / "input" / "data" / "train", [("a.npz", 1)])
     with pytest.raises(UserError, match=r"channel 'train' uses Pipe input mode.*input_mode='File'"):
-        open_channel(spec_for(tmp_path, mode="Pipe"), place(0, 0, 1, 1), reader_needs_format=True)
+        open_channel(
+            spec_for(tmp_path, mode="Pipe"), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True
+        )
     os.mkfifo(tmp_path / "input" / "data" / "train_0")
     with pytest.raises(UserError, match="Pipe input mode"):
-        open_channel(spec_for(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
+        open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
 
 
 def test_empty_files_are_skipped_so_no_rank_is_left_without_data(tmp_path):
     # A data file and an empty one on two ranks: one readable file, so both ranks split it by record.
     make_files(tmp_path / "input" / "data" / "train", [("data.npz", 900), ("part.npz", 0), ("_SUCCESS", 0)])
     channels = [
-        open_channel(spec_for(tmp_path), place(rank, rank, 2, 2), reader_needs_format=True)
+        open_channel(
+            spec_for(tmp_path), train_dir(tmp_path), place(rank, rank, 2, 2), reader_needs_format=True
+        )
         for rank in range(2)
     ]
     assert [(channel.shard.level, channel.shard.record_index) for channel in channels] == [
@@ -177,4 +195,4 @@ def test_empty_files_are_skipped_so_no_rank_is_left_without_data(tmp_path):
 def test_a_channel_of_empty_files_has_no_records(tmp_path):
     make_files(tmp_path / "input" / "data" / "train", [("a.npz", 0), ("b.npz", 0)])
     with pytest.raises(UserError, match=r"^channel 'train' has no records: its 2 file\(s\) in .* are empty"):
-        open_channel(spec_for(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
+        open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)

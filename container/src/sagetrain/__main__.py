@@ -10,26 +10,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sagetrain import contracts, legacy_keras
-from sagetrain.config import load_job_config, root_from_environ
-from sagetrain.config.devices import detect_devices
+from sagetrain import contracts
+from sagetrain.config.paths import root_from_environ
 from sagetrain.engines import load
 from sagetrain.errors import SagetrainError
-from sagetrain.plan import make_plan
-from sagetrain.redact import Redactor
-from sagetrain.run.program import Program, ProgramKind, classify_program
+from sagetrain.preparation import Preparation, launch_spec, prepare_job
 
 if TYPE_CHECKING:
     from sagetrain.launch.spec import JobSpec
-
-
-def _program_for_plan(name: str | None, code_dir: Path) -> Program:
-    """The program as it would be classified; a plain script when the code is not here to look at."""
-    try:
-        return classify_program(name, code_dir)
-    except SagetrainError:
-        script = code_dir / (name or "<sagemaker_program>")
-        return Program(ProgramKind.PYTHON_SCRIPT, name or "<sagemaker_program>", script, code_dir)
 
 
 def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
@@ -59,23 +47,10 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
 
 def plan_command(root: Path, gpus: int | None, cpus: int | None = None) -> dict[str, Any]:
     """The plan as JSON. Writes nothing: not under the root, not to this process's environment."""
-    from sagetrain.launch.spec import build_spec
-
-    config = load_job_config(root, check_channels=False)
-    devices = detect_devices(os.environ)
-    planned_gpus = devices.gpus if gpus is None else gpus
-    plan = make_plan(
-        config.resources, config.settings, planned_gpus, devices.cpus if cpus is None else cpus,
-        legacy_keras_env=legacy_keras.checked_request(os.environ),
-    )  # fmt: skip
-    code_dir = Path(config.settings.submit_directory or config.paths.code_dir)
-    program = _program_for_plan(config.settings.program, code_dir)
     environ = dict(os.environ)
-    spec = build_spec(
-        config, plan, program, environ, plan.interface, gpus=planned_gpus, cpus=cpus, dry_run=True
-    )
-    redact = Redactor.for_job(config.hyperparameters, config.settings.custom_mpi_options, environ)
-    description: dict[str, Any] = redact.structure(describe_plan(spec, environ))
+    job = prepare_job(environ, Preparation.DESCRIBE, root=root, gpus=gpus, cpus=cpus)
+    spec = launch_spec(job, environ, Preparation.DESCRIBE, cpus=cpus)
+    description: dict[str, Any] = job.redactor.structure(describe_plan(spec, environ))
     return description
 
 

@@ -38,12 +38,18 @@ TRAINER_REPORT_DIR_VAR = "SAGETRAIN_TRAINER_REPORT_DIR"
 # Set in the image; the test suite collects its in-image tests only where it is "1".
 IN_IMAGE_VAR = "SAGETRAIN_IN_IMAGE"
 
-# OpenMPI's names for what RANK_VAR... carry, on ranks mpirun started.
+# OpenMPI's names for what RANK_VAR... carry, on ranks mpirun started; PMI's rank, on ranks other MPI
+# launchers started.
+MPI_RANK_VAR = "OMPI_COMM_WORLD_RANK"
+MPI_LOCAL_RANK_VAR = "OMPI_COMM_WORLD_LOCAL_RANK"
+MPI_SIZE_VAR = "OMPI_COMM_WORLD_SIZE"
+MPI_LOCAL_SIZE_VAR = "OMPI_COMM_WORLD_LOCAL_SIZE"
+PMI_RANK_VAR = "PMI_RANK"
 _MPI_PLACE_VARS = {
-    RANK_VAR: "OMPI_COMM_WORLD_RANK",
-    LOCAL_RANK_VAR: "OMPI_COMM_WORLD_LOCAL_RANK",
-    SIZE_VAR: "OMPI_COMM_WORLD_SIZE",
-    LOCAL_SIZE_VAR: "OMPI_COMM_WORLD_LOCAL_SIZE",
+    RANK_VAR: MPI_RANK_VAR,
+    LOCAL_RANK_VAR: MPI_LOCAL_RANK_VAR,
+    SIZE_VAR: MPI_SIZE_VAR,
+    LOCAL_SIZE_VAR: MPI_LOCAL_SIZE_VAR,
 }
 
 DEFAULT_RUN_DIR = Path("/run/sagetrain")
@@ -161,6 +167,8 @@ class RunDir:
     ``errors/rank-N.json``  rank N's error file
     ``ssh/``             sshd's and mpirun's keys and files (launch/sshd.py)
     ``env/<NAME>``       the value of a variable too long for the environment
+    ``args.json``        the program's arguments, when too long for mpirun's command line
+    ``sdk-mpirun/``      the ``mpirun`` put first on the SageMaker SDK's MPI driver's PATH (sdk/mpirun.py)
     """
 
     root: Path
@@ -194,6 +202,10 @@ class RunDir:
     @property
     def ssh(self) -> Path:
         return self.root / "ssh"
+
+    @property
+    def sdk_mpirun(self) -> Path:
+        return self.root / "sdk-mpirun"
 
     def write_host_facts(self, facts: HostFacts) -> Path:
         path = self.host_facts_file

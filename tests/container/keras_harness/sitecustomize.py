@@ -28,15 +28,19 @@ import json
 import os
 from pathlib import Path
 
+from harness_names import MAX_TAKE_VAR, MNIST_VAR, OUT_VAR, PROBE_VAR, REFERENCE_VAR
+from sagetrain.contracts import MPI_RANK_VAR
+from sagetrain.plan.tf_config import TF_CONFIG_VAR
+
 SEED = 1234
 
 
 def _worker_name() -> str:
-    if os.environ.get("SAGETRAIN_HARNESS_REFERENCE") == "1":
+    if os.environ.get(REFERENCE_VAR) == "1":
         return "reference"
-    if "OMPI_COMM_WORLD_RANK" in os.environ:
-        return f"rank-{os.environ['OMPI_COMM_WORLD_RANK']}"
-    task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    if MPI_RANK_VAR in os.environ:
+        return f"rank-{os.environ[MPI_RANK_VAR]}"
+    task = json.loads(os.environ.get(TF_CONFIG_VAR, "{}")).get("task", {})
     return f"worker-{task.get('index', 0)}"
 
 
@@ -44,7 +48,7 @@ def _seed_shuffles(tf, keras) -> None:
     # MPI ranks get their own seeds (other initial weights, other batches), so identical weights at
     # the end show Horovod's broadcast and averaging; tf.distribute workers share one, because
     # sharding a dataset needs every worker to shuffle it alike.
-    seed = SEED + int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    seed = SEED + int(os.environ.get(MPI_RANK_VAR, "0"))
     keras.utils.set_random_seed(seed)
     shuffle = tf.data.Dataset.shuffle
     own_seed = seed
@@ -104,7 +108,7 @@ def _dump_weights_at_exit(out_dir: str) -> None:
             ):
                 values = [np.asarray(variable.numpy()) for variable in variables]
                 np.savez(Path(out_dir) / f"{_worker_name()}-{kind}.npz", *values)
-            probe = os.environ.get("SAGETRAIN_HARNESS_PROBE")
+            probe = os.environ.get(PROBE_VAR)
             if probe:
                 predictions = np.asarray(built[-1](np.load(probe), training=False))
                 np.save(Path(out_dir) / f"{_worker_name()}-predictions.npy", predictions)
@@ -118,16 +122,16 @@ def _install(out_dir: str) -> None:
     from keras.src.datasets import mnist
 
     _seed_shuffles(tf, keras)
-    max_take = int(os.environ.get("SAGETRAIN_HARNESS_MAX_TAKE", "0"))
+    max_take = int(os.environ.get(MAX_TAKE_VAR, "0"))
     if max_take:
         _cap_takes(tf, max_take)
-    mnist_file = os.environ.get("SAGETRAIN_HARNESS_MNIST")
+    mnist_file = os.environ.get(MNIST_VAR)
     if mnist_file:
         mnist.get_file = lambda fname=None, origin=None, **kwargs: mnist_file
-    if os.environ.get("SAGETRAIN_HARNESS_REFERENCE") == "1":
+    if os.environ.get(REFERENCE_VAR) == "1":
         _one_process_strategy(tf)
     _dump_weights_at_exit(out_dir)
 
 
-if os.environ.get("SAGETRAIN_HARNESS_OUT"):
-    _install(os.environ["SAGETRAIN_HARNESS_OUT"])
+if os.environ.get(OUT_VAR):
+    _install(os.environ[OUT_VAR])

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sagetrain.config import load_job_config
-from sagetrain.config.job_files import ChannelSpec, JobFiles
+from sagetrain.config.channels import Channel
+from sagetrain.config.job import load_job_config
+from sagetrain.config.job_files import JobFiles
 from sagetrain.launch.membership import Membership
 
 REPO = Path(__file__).resolve().parents[3]
@@ -110,7 +111,7 @@ def make_tree(
     hosts: list[str],
     current: str,
     hyperparameters: Mapping[str, object],
-    channels: tuple[ChannelSpec, ...] = (),
+    channels: tuple[Channel, ...] = (),
 ) -> JobTree:
     """``current``'s /opt/ml tree as SageMaker writes it; ``hyperparameters`` as the SDK takes them."""
     root = base / name / "opt" / "ml"

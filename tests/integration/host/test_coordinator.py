@@ -13,6 +13,7 @@ from sagetrain.launch.coordinator import (
 )
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded, RankReport
 from sagetrain.launch.membership import Membership
+from sagetrain.launch.messages import Hello, Welcome
 from sagetrain.report.verdict import RankFailure, Verdict
 
 pytestmark = pytest.mark.timeout(30)
@@ -37,7 +38,7 @@ def master():
     server = CoordinatorServer(
         events,
         ["algo-2"],
-        lambda hello: {"answer": hello["question"] * 2},
+        lambda hello: Welcome(ssh_client_key=f"answer to {hello.ssh_host_key}"),
         host_keys=KEYS,
         bind_address="127.0.0.1",
         rank_host=lambda rank: "algo-2" if rank in (1, 5) else "algo-1",
@@ -51,9 +52,9 @@ def test_join_welcome_verdict_and_goodbye(master):
     events, server, port = master
     worker_events = EventQueue()
     client = CoordinatorClient(worker_events, "127.0.0.1", port, "algo-2", KEYS["algo-2"])
-    welcome = client.join({"question": 21}, Deadline(10, "the master"))
-    assert welcome == {"type": "welcome", "answer": 42}
-    assert expect(events, HostChanged, HostState.JOINED).hello["question"] == 21
+    welcome = client.join(Hello(ssh_host_key="question 21"), Deadline(10, "the master"))
+    assert welcome == Welcome(ssh_client_key="answer to question 21")
+    assert expect(events, HostChanged, HostState.JOINED).hello.ssh_host_key == "question 21"
     client.listen()
     server.broadcast(Verdict(3, "rank 1 failed"))
     assert expect(worker_events, MasterEnded).verdict == Verdict(3, "rank 1 failed")
@@ -67,13 +68,13 @@ def test_unknown_host_is_rejected(master):
     client = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-7", JOB.host_key("algo-7"))
     # A host that is not one of the job's cannot prove membership: it is dropped without an answer.
     with pytest.raises(PlatformError, match="did not accept this host's proof of membership"):
-        client.join({"question": 1}, Deadline(10, "the master"))
+        client.join(Hello(ssh_host_key="question 1"), Deadline(10, "the master"))
 
 
 def test_worker_that_drops_mid_job_is_a_lost_host(master):
     events, _, port = master
     client = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
-    client.join({"question": 1}, Deadline(10, "the master"))
+    client.join(Hello(ssh_host_key="question 1"), Deadline(10, "the master"))
     expect(events, HostChanged, HostState.JOINED)
     client._connection.close()  # the host vanishes without a verdict
     assert expect(events, HostChanged, HostState.LOST).host == "algo-2"
@@ -83,7 +84,7 @@ def test_master_that_goes_away_is_reported_to_the_worker(master):
     _, server, port = master
     worker_events = EventQueue()
     client = CoordinatorClient(worker_events, "127.0.0.1", port, "algo-2", KEYS["algo-2"])
-    client.join({"question": 1}, Deadline(10, "the master"))
+    client.join(Hello(ssh_host_key="question 1"), Deadline(10, "the master"))
     client.listen()
     server.close()
     ended = expect(worker_events, MasterEnded)
@@ -108,7 +109,7 @@ def test_joining_a_master_that_never_starts_times_out_naming_it():
         EventQueue(), "127.0.0.1", 9, "algo-2", KEYS["algo-2"]
     )  # nothing listens on port 9
     with pytest.raises(PlatformError, match=r"timed out after 1 s waiting for the master at 127\.0\.0\.1:9"):
-        client.join({}, Deadline(1, "the master at 127.0.0.1:9"))
+        client.join(Hello(), Deadline(1, "the master at 127.0.0.1:9"))
 
 
 def test_a_worker_with_another_host_list_fails_both_sides_at_once_naming_the_lists():
@@ -116,7 +117,7 @@ def test_a_worker_with_another_host_list_fails_both_sides_at_once_naming_the_lis
     server = CoordinatorServer(
         events,
         ["algo-2"],
-        lambda hello: {},
+        lambda hello: Welcome(),
         host_keys=KEYS,
         bind_address="127.0.0.1",
         job_hosts=("algo-1", "algo-2"),
@@ -133,7 +134,7 @@ def test_a_worker_with_another_host_list_fails_both_sides_at_once_naming_the_lis
         )
         expected = 'lists hosts "algo-1, algo-2, algo-3" but the master\'s lists algo-1, algo-2'
         with pytest.raises(UserError, match=expected):
-            client.join({}, Deadline(10, "the master"))
+            client.join(Hello(), Deadline(10, "the master"))
         # The master does not wait out its join timeout for a host that can never fit.
         with pytest.raises(UserError, match=expected):
             wait_for_hosts(events, ("algo-2",), until_ready=False, deadline=Deadline(10, "algo-2"))
@@ -145,15 +146,15 @@ def test_a_peer_without_the_jobs_key_can_neither_join_nor_report_nor_end_the_job
     events, _, port = master
     rogue = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", ROGUE.host_key("algo-2"))
     with pytest.raises(PlatformError, match="did not accept this host's proof of membership"):
-        rogue.join({"question": 1, "ssh_host_key": "ssh-ed25519 AAAA rogue"}, Deadline(10, "the master"))
+        rogue.join(Hello(ssh_host_key="ssh-ed25519 AAAA rogue"), Deadline(10, "the master"))
     failure = RankFailure(1, "algo-2", 0, "train.py", "all good")
     assert not send_rank_failure(("127.0.0.1", port), ROGUE.host_key("algo-2"), failure, seconds=1)
     assert not send_rank_started(("127.0.0.1", port), ROGUE.host_key("algo-2"), 1, "algo-2", seconds=1)
     assert events.get(Deadline(0.5, "nothing from the rogue")) is None
     # The real worker still joins after the impostor.
     real = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
-    real.join({"question": 2}, Deadline(10, "the master"))
-    assert expect(events, HostChanged, HostState.JOINED).hello["question"] == 2
+    real.join(Hello(ssh_host_key="question 2"), Deadline(10, "the master"))
+    assert expect(events, HostChanged, HostState.JOINED).hello.ssh_host_key == "question 2"
     real.close()
 
 
@@ -168,14 +169,14 @@ def test_a_host_may_report_only_for_its_own_ranks(master):
 def test_a_worker_refuses_a_master_that_cannot_prove_membership():
     events = EventQueue()
     impostor = CoordinatorServer(
-        events, ["algo-2"], lambda hello: {"ssh_client_key": "ssh-ed25519 AAAA impostor"},
+        events, ["algo-2"], lambda hello: Welcome(ssh_client_key="ssh-ed25519 AAAA impostor"),
         host_keys={"algo-2": ROGUE.host_key("algo-2")}, bind_address="127.0.0.1",
     )  # fmt: skip
     port = impostor.start()
     try:
         client = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
         with pytest.raises(PlatformError, match="did not accept this host's proof of membership, or did not"):
-            client.join({}, Deadline(10, "the master"))
+            client.join(Hello(), Deadline(10, "the master"))
     finally:
         impostor.close()
 
@@ -183,7 +184,7 @@ def test_a_worker_refuses_a_master_that_cannot_prove_membership():
 def test_a_message_altered_or_replayed_on_a_joined_connection_is_dropped_with_the_connection(master):
     events, _, port = master
     client = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
-    client.join({"question": 1}, Deadline(10, "the master"))
+    client.join(Hello(ssh_host_key="question 1"), Deadline(10, "the master"))
     expect(events, HostChanged, HostState.JOINED)
     # What an attacker on the path can do: send a well-formed message without the session's proof.
     client._connection.sock.sendall(b'{"type": "outcome", "verdict": {"exit_code": 0}, "mac": "00"}\n')

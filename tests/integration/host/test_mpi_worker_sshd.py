@@ -13,6 +13,7 @@ from conftest import make_tree
 from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator import CoordinatorServer
 from sagetrain.launch.events import EventQueue, HostChanged, HostState
+from sagetrain.launch.messages import Welcome
 from sagetrain.launch.sshd import generate_key, known_hosts_text
 from sagetrain.report.verdict import Verdict
 
@@ -52,7 +53,7 @@ def test_worker_sshd_accepts_the_master_key_and_the_worker_exits_with_the_verdic
     server = CoordinatorServer(
         events,
         ["127.0.0.1"],
-        lambda hello: {"ssh_client_key": client_public},
+        lambda hello: Welcome(ssh_client_key=client_public),
         host_keys={"127.0.0.1": worker.host_key("127.0.0.1")},
         bind_address="127.0.0.1",
         port=coordinator_port,
@@ -63,7 +64,7 @@ def test_worker_sshd_accepts_the_master_key_and_the_worker_exits_with_the_verdic
         joined = next_event(events, HostState.JOINED, "the worker's hello")
         next_event(events, HostState.READY, "the worker to authorize our key")
         known_hosts = tmp_path / "master" / "known_hosts"
-        known_hosts.write_text(known_hosts_text({"127.0.0.1": joined.hello["ssh_host_key"]}, ssh_port))
+        known_hosts.write_text(known_hosts_text({"127.0.0.1": joined.hello.ssh_host_key}, ssh_port))
         login = subprocess.run(
             [
                 "ssh",

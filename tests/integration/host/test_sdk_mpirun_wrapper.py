@@ -10,8 +10,8 @@ import sys
 
 import pytest
 from conftest import SRC
-from sagetrain.contracts import RunDir
-from sagetrain.launch.sdk_mpirun import install
+from sagetrain.contracts import RUN_DIR_VAR, RunDir
+from sagetrain.sdk.mpirun import install
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI (scripts/test.sh installs it)")
@@ -24,7 +24,7 @@ def test_the_installed_mpirun_comes_first_on_path_and_runs_the_real_one_without_
     assert environ["PATH"].split(os.pathsep).count(str(script.parent)) == 1
     shown = subprocess.run(
         [str(script), "-np", "1", sys.executable, "-c", "import os; print(os.environ['PATH'])"],
-        env={**os.environ, **environ, "SAGETRAIN_RUN_DIR": str(tmp_path / "run"), "PYTHONPATH": str(SRC),
+        env={**os.environ, **environ, RUN_DIR_VAR: str(tmp_path / "run"), "PYTHONPATH": str(SRC),
              "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

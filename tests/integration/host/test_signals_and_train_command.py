@@ -14,6 +14,7 @@ from conftest import REPO, make_tree
 from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator import CoordinatorClient
 from sagetrain.launch.events import EventQueue, MasterEnded
+from sagetrain.launch.messages import Hello, Outcome
 from sagetrain.report.verdict import SUCCESS
 
 TRAIN = REPO / "entrypoints" / "train"
@@ -234,9 +235,9 @@ def test_sigterm_after_the_verdict_was_sent_changes_nothing_on_the_master(tmp_pa
         events, "localhost", free_port, "algo-2", master.host_key("algo-2"), job_hosts=hosts
     )
     try:
-        worker.join({}, Deadline(30, "the master to accept algo-2"))
+        worker.join(Hello(), Deadline(30, "the master to accept algo-2"))
         worker.listen()
-        worker.send({"type": "outcome", "verdict": SUCCESS.to_message()})
+        worker.send(Outcome(SUCCESS))
         received = events.get(Deadline(30, "the verdict"))
         assert isinstance(received, MasterEnded), received
         assert received.verdict == SUCCESS

@@ -2,16 +2,14 @@
 and no rank left waiting when only one of them fails."""
 
 import re
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer_cases"))
-
-import trainer_data as data
-from trainer_harness import run_trainer
+from sagetrain import contracts
+from sagetrain.plan.tf_config import TF_CONFIG_VAR
+from trainer_cases import trainer_data as data
+from trainer_cases.trainer_harness import run_trainer
 
 MODEL = """
 import keras, tensorflow as tf, os
@@ -102,7 +100,7 @@ def test_the_parameter_server_engine_is_rejected_with_a_pointer_to_horovod(tmp_p
         tmp_path,
         write_module(tmp_path, "def build_model(hp):\n    return model()\n"),
         {},
-        extra_env={"SAGETRAIN_ENGINE": "parameter_server", "TF_CONFIG": "{}"},
+        extra_env={contracts.ENGINE_VAR: "parameter_server", TF_CONFIG_VAR: "{}"},
     )
     assert run.returncode == 1
     assert "does not run on the parameter_server engine" in run.error(0)["message"]

@@ -3,18 +3,14 @@ identical weights, metrics that are the cross-rank mean; uneven shards weighted 
 initial state broadcast."""
 
 import math
-import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer_cases"))
-
-import trainer_data as data
-from trainer_harness import CASES, run_trainer, step_ids
+from trainer_cases import trainer_data as data
+from trainer_cases.trainer_harness import CASES, run_trainer, step_ids
 
 EPOCHS = 2
 
@@ -114,8 +110,8 @@ def one_process_on_global_batches(
 ) -> list[np.ndarray]:
     """Plain Keras in this process: the same model from the same initial weights, one step per trainer step
     on the union of the ranks' batches of that step."""
-    import ids_module
     import tensorflow as tf
+    from trainer_cases import ids_module
 
     x, y = data.records(total)
     model = ids_module.build_model({key: value for key, value in hyperparameters.items() if key != "ids_dir"})

@@ -3,8 +3,6 @@ SavedModel (serving signature) and as a .keras file."""
 
 import json
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 from sagetrain.config.hyperparameters import decode_hyperparameters
@@ -12,10 +10,7 @@ from sagetrain.config.job_files import write_json
 from sagetrain.config.paths import Paths
 from sagetrain.config.tensorboard import tensorboard_config
 from tensorboard_events import event_tags
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer_cases"))
-
-from trainer_harness import REPO, run_trainer
+from trainer_cases.trainer_harness import REPO, run_trainer
 
 EXAMPLE = REPO / "examples" / "keras_digits"
 

@@ -1,16 +1,11 @@
 """tf-keras (TF_USE_LEGACY_KERAS=1) on two Horovod ranks, compiled from hyperparameters, with linear
 learning-rate scaling and warmup."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer_cases"))
-
-import trainer_data as data
-from trainer_harness import CASES, run_trainer
+from sagetrain.legacy_keras import TF_USE_LEGACY_KERAS_VAR
+from trainer_cases import trainer_data as data
+from trainer_cases.trainer_harness import CASES, run_trainer
 
 
 def test_tf_keras_model_trains_identically_on_two_ranks_with_scaled_warmed_up_rate(tmp_path):
@@ -28,7 +23,11 @@ def test_tf_keras_model_trains_identically_on_two_ranks_with_scaled_warmed_up_ra
     }
 
     run = run_trainer(
-        tmp_path, CASES / "legacy_module.py", hyperparameters, ranks=2, extra_env={"TF_USE_LEGACY_KERAS": "1"}
+        tmp_path,
+        CASES / "legacy_module.py",
+        hyperparameters,
+        ranks=2,
+        extra_env={TF_USE_LEGACY_KERAS_VAR: "1"},
     )
 
     assert run.returncode == 0, run.stderr[-3000:]

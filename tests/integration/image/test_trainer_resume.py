@@ -2,16 +2,12 @@
 restart on the same /opt/ml tree continues there and ends with the weights of an uninterrupted run. And a
 rank killed outright in epoch 3: the restart continues from the end of epoch 2, with the same result."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "trainer_cases"))
-
-import trainer_data as data
-from trainer_harness import CASES, run_trainer, step_ids
+from trainer_cases import trainer_data as data
+from trainer_cases.trainer_harness import CASES, run_trainer, step_ids
 
 RANKS, RECORDS, EPOCHS, BATCH = 2, 37, 4, 8
 STEPS = 5  # ceil(min(19, 18) / (8 // 2))

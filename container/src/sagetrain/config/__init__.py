@@ -1,6 +1,3 @@
-"""Read and validate the SageMaker job configuration under a root folder (``/opt/ml`` by default)."""
-
-from sagetrain.config.job import JobConfig, load_job_config
-from sagetrain.config.paths import Paths, root_from_environ
-
-__all__ = ["JobConfig", "Paths", "load_job_config", "root_from_environ"]
+"""Read and validate the SageMaker job configuration under a root folder (``/opt/ml`` by default): one
+module per file, ``job.py`` reading them all. Importing this package imports none of them, so a module
+that needs one SageMaker name (``config.paths``, ``config.sdk_source_code``) costs only that module."""

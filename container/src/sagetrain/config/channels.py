@@ -1,5 +1,8 @@
-"""inputdataconfig.json: the data channels and where their data is; read here, and written here the way
-SageMaker writes it (for local clusters and tests)."""
+"""inputdataconfig.json: the data channels; read here, and written here the way SageMaker writes it (for
+local clusters and tests). ``Channel`` is the one model of a channel: the job's configuration holds
+them, the tree writer (job_files.py) and the local cluster declare theirs with it, and the managed
+trainer's view of a channel (trainer/channels.py) is built on it. Its data is in
+``Paths.channel_dir(name)``."""
 
 from __future__ import annotations
 
@@ -31,11 +34,12 @@ class S3Distribution(Enum):
 
 @dataclass(frozen=True)
 class Channel:
+    """A data channel as inputdataconfig.json declares it."""
+
     name: str
-    path: Path
     input_mode: InputMode = InputMode.FILE
-    content_type: str | None = None
     s3_distribution: S3Distribution = S3Distribution.FULLY_REPLICATED
+    content_type: str | None = None
 
 
 def _member(kind: type[Enum], value: object, source: Path, name: str, field: str) -> Any:
@@ -46,7 +50,7 @@ def _member(kind: type[Enum], value: object, source: Path, name: str, field: str
         raise UserError(f"{source} channel {name!r} has {field} {value!r}; expected one of {known}") from None
 
 
-def parse_channels(raw: Mapping[str, Any], data_dir: Path, source: Path) -> tuple[Channel, ...]:
+def parse_channels(raw: Mapping[str, Any], source: Path) -> tuple[Channel, ...]:
     channels = []
     for name, spec in raw.items():
         if not CHANNEL_NAME.fullmatch(name):
@@ -60,7 +64,6 @@ def parse_channels(raw: Mapping[str, Any], data_dir: Path, source: Path) -> tupl
         channels.append(
             Channel(
                 name=name,
-                path=data_dir / name,
                 input_mode=_member(
                     InputMode, spec.get("TrainingInputMode", InputMode.FILE.value), source, name,
                     "TrainingInputMode",
@@ -75,12 +78,14 @@ def parse_channels(raw: Mapping[str, Any], data_dir: Path, source: Path) -> tupl
     return tuple(channels)
 
 
-def check_channel_folders(channels: tuple[Channel, ...], source: Path) -> None:
-    """File and FastFile channels must have their folder; Pipe channels are FIFOs created as read."""
+def check_channel_folders(channels: tuple[Channel, ...], data_dir: Path, source: Path) -> None:
+    """File and FastFile channels must have their folder under ``data_dir``; Pipe channels are FIFOs
+    created as read."""
     for channel in channels:
-        if channel.input_mode is not InputMode.PIPE and not channel.path.is_dir():
+        folder = data_dir / channel.name
+        if channel.input_mode is not InputMode.PIPE and not folder.is_dir():
             raise UserError(
-                f"{source} declares channel {channel.name!r} but its folder {channel.path} does not exist; "
+                f"{source} declares channel {channel.name!r} but its folder {folder} does not exist; "
                 "mount the data there or remove the channel"
             )
 

@@ -17,8 +17,7 @@ from sagetrain.config.hyperparameters import (
 )
 from sagetrain.config.paths import Paths
 from sagetrain.config.resources import ResourceConfig, parse_resource_config
-from sagetrain.config.tensorboard import read_tensorboard_dir
-from sagetrain.sdk_v3 import with_source_code
+from sagetrain.config.sdk_source_code import with_source_code
 
 
 @dataclass(frozen=True)
@@ -31,8 +30,6 @@ class JobConfig:
     raw_resource_config: dict[str, Any]
     raw_input_data_config: dict[str, Any]
     hyperparameters: dict[str, Any]  # decoded, all keys
-    # The TensorBoard output config's local folder; None when the job has no such config.
-    tensorboard_dir: Path | None
 
     @property
     def toolkit_hyperparameters(self) -> dict[str, Any]:
@@ -57,9 +54,9 @@ def load_job_config(root: Path, *, check_channels: bool = True) -> JobConfig:
     # With the SageMaker SDK v3's SourceCode, its sourcecode.json names the program.
     settings = with_source_code(parse_settings(hyperparameters, paths.hyperparameters), paths)
     raw_channels = read_json_object(paths.input_data_config, required=False)
-    channels = parse_channels(raw_channels, paths.data_dir, paths.input_data_config)
+    channels = parse_channels(raw_channels, paths.input_data_config)
     if check_channels:
-        check_channel_folders(channels, paths.input_data_config)
+        check_channel_folders(channels, paths.data_dir, paths.input_data_config)
     return JobConfig(
         paths=paths,
         resources=resources,
@@ -68,5 +65,4 @@ def load_job_config(root: Path, *, check_channels: bool = True) -> JobConfig:
         raw_resource_config=raw_resources,
         raw_input_data_config=raw_channels,
         hyperparameters=hyperparameters,
-        tensorboard_dir=read_tensorboard_dir(paths),
     )

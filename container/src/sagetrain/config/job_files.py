@@ -12,26 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sagetrain.config.channels import Channel, InputMode, S3Distribution, input_data_config
+from sagetrain.config.channels import Channel, InputMode, input_data_config
 from sagetrain.config.hyperparameters import encode_hyperparameters
 from sagetrain.config.paths import Paths
 from sagetrain.config.resources import InstanceGroup, resource_config
 from sagetrain.config.tensorboard import tensorboard_config
-
-
-@dataclass(frozen=True)
-class ChannelSpec:
-    """A channel as a job declares it; its data is copied in by whoever writes the tree."""
-
-    name: str
-    input_mode: InputMode = InputMode.FILE
-    s3_distribution: S3Distribution = S3Distribution.FULLY_REPLICATED
-    content_type: str | None = None
-
-    def on(self, paths: Paths) -> Channel:
-        return Channel(
-            self.name, paths.channel_dir(self.name), self.input_mode, self.content_type, self.s3_distribution
-        )
 
 
 @dataclass(frozen=True)
@@ -40,7 +25,7 @@ class JobFiles:
 
     hosts: tuple[str, ...]
     hyperparameters: Mapping[str, object] = field(default_factory=dict)  # values as the SDK takes them
-    channels: tuple[ChannelSpec, ...] = ()
+    channels: tuple[Channel, ...] = ()
     instance_groups: tuple[InstanceGroup, ...] = ()
     network_interface: str = "eth0"
     # The TensorBoard output config's LocalPath; None: the job has no TensorBoard output config.
@@ -56,7 +41,7 @@ class JobFiles:
             paths.resource_config: resource_config(
                 host, self.hosts, self.instance_groups, self.network_interface
             ),
-            paths.input_data_config: input_data_config(channel.on(paths) for channel in self.channels),
+            paths.input_data_config: input_data_config(self.channels),
         }
         if self.tensorboard_local_path is not None:
             config[paths.tensorboard_config] = tensorboard_config(self.tensorboard_local_path)

@@ -38,7 +38,6 @@ class Paths:
 
     @property
     def tensorboard_config(self) -> Path:
-        """Written when the job has a TensorBoard output config (config/tensorboard.py reads it)."""
         return self.config_dir / "tensorboardoutputconfig.json"
 
     @property
@@ -71,8 +70,7 @@ class Paths:
 
     @property
     def tensorboard_dir(self) -> Path:
-        """What SageMaker uploads to the TensorBoard output config's S3 path when the config names no other
-        local path."""
+        """What SageMaker uploads to the TensorBoard output config's S3 path (its default local path)."""
         return self.output_dir / "tensorboard"
 
     @property

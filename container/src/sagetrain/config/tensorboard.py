@@ -4,6 +4,7 @@ config's S3 path while the job runs (``/opt/ml/output/tensorboard`` unless the j
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -33,7 +34,7 @@ def parse_local_path(raw: dict[str, Any], paths: Paths) -> Path:
             f"{paths.tensorboard_config} field {LOCAL_PATH_FIELD!r} is {value!r}; it must be an absolute "
             "folder path such as /opt/ml/output/tensorboard (the TensorBoard output config's local path)"
         )
-    folder = PurePosixPath(value)
+    folder = PurePosixPath(posixpath.normpath(value))
     if folder.is_relative_to(DEFAULT_ROOT):
         return paths.root / folder.relative_to(DEFAULT_ROOT)
     return Path(folder)

@@ -1,14 +1,15 @@
 """Doing what the plan says: processes, sshd, the coordinator between hosts, the engines.
 
-``execute`` runs this host's part of the job on the plan's engine: the registry (sagetrain/engines.py)
-names the engine's module, whose ``make_run`` gives the steps that ``lifecycle.run_engine`` runs in
-their one order.
+``execute`` writes this host's run directory (``run_dir.py``), then runs this host's part of the job on
+the plan's engine: the registry (sagetrain/engines.py) names the engine's module, whose ``make_run``
+gives the steps that ``lifecycle.run_engine`` runs in their one order.
 """
 
 from __future__ import annotations
 
 from sagetrain.engines import load
 from sagetrain.launch.lifecycle import Report, run_engine
+from sagetrain.launch.run_dir import write_run_dir
 from sagetrain.launch.spec import JobSpec
 from sagetrain.report.verdict import Verdict
 
@@ -17,5 +18,6 @@ def execute(spec: JobSpec, report: Report) -> Verdict:
     """Run the job on this host as the plan says; the job's verdict (for a worker: the master's). The
     engine calls ``report`` as soon as it has decided: before it stops what still runs, and on a master
     before the other hosts learn the verdict."""
+    write_run_dir(spec)
     launcher = load(spec.plan.engine.entry.launcher)
     return run_engine(launcher.make_run(spec), report)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from sagetrain import contracts
 from sagetrain.deadline import Deadline
@@ -24,6 +23,7 @@ from sagetrain.launch.events import (
     failure_of,
 )
 from sagetrain.launch.lifecycle import JobFailedEarly
+from sagetrain.launch.messages import Hello, Message, Welcome
 from sagetrain.launch.spec import JobSpec
 from sagetrain.plan.model import Plan
 from sagetrain.report.verdict import RankFailure, Verdict, root_failure
@@ -47,7 +47,7 @@ class MasterCoordination:
         self,
         spec: JobSpec,
         events: EventQueue,
-        welcome: Callable[[dict[str, Any]], dict[str, Any]] = lambda hello: {},
+        welcome: Callable[[Hello], Welcome] = lambda hello: Welcome(),
     ) -> None:
         plan = spec.plan
         self._spec = spec
@@ -71,7 +71,7 @@ class MasterCoordination:
         self.port = self._server.start()
         return coordinator_address(self._spec.plan, self.port)
 
-    def wait_for_workers(self, *, until_ready: bool) -> dict[str, dict[str, Any]]:
+    def wait_for_workers(self, *, until_ready: bool) -> dict[str, Hello]:
         """Until every worker host joined (and, for MPI, reported ready); their hello messages."""
         plan = self._spec.plan
         if not plan.multi_host:
@@ -110,7 +110,7 @@ class WorkerCoordination:
         )  # fmt: skip
         self.address = coordinator_address(plan, plan.launch.coordinator_port)
 
-    def join(self, hello: dict[str, Any]) -> dict[str, Any]:
+    def join(self, hello: Hello) -> Welcome:
         """Join the master, retrying while it is not up yet; the master's welcome."""
         plan = self._spec.plan
         port = plan.launch.coordinator_port
@@ -118,7 +118,7 @@ class WorkerCoordination:
             hello, self._spec.worker_wait(f"master host {plan.master} to accept this host on port {port}")
         )
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         self._client.send(message)
 
     def listen(self) -> None:
@@ -151,12 +151,12 @@ def verdict_from_master(event: Event | None, plan: Plan) -> Verdict | None:
 
 def wait_for_hosts(
     events: EventQueue, hosts: tuple[str, ...], *, until_ready: bool, deadline: Deadline
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, Hello]:
     """Until every host joined (and, for MPI, reported ready); their hello messages.
 
     Hosts that joined may already run their program (TF_CONFIG engines): a failed outcome ends the wait
     at once, and every other event that is not about joining is put back for the job's own loop."""
-    hellos: dict[str, dict[str, Any]] = {}
+    hellos: dict[str, Hello] = {}
     waiting = set(hosts)
     deferred: list[Event] = []
     failures: list[RankFailure] = []
@@ -168,8 +168,8 @@ def wait_for_hosts(
                 missing = ", ".join(sorted(waiting))
                 raise PlatformError(deadline.timeout_message(f"still missing: {missing}"))
             if isinstance(event, HostChanged) and event.state in (HostState.JOINED, HostState.READY):
-                if event.state is HostState.JOINED:
-                    hellos[event.host] = dict(event.hello)
+                if event.state is HostState.JOINED and event.hello is not None:
+                    hellos[event.host] = event.hello
                 if event.state is arrived:
                     waiting.discard(event.host)
             else:

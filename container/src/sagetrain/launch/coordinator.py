@@ -1,28 +1,19 @@
 """The coordinator: one TCP server on the master host, one long-lived connection from every other host,
 and short connections from rank launchers. Every connection proves membership of the job (membership.py).
 
-Messages are JSON objects, one per line. Each connection starts with a handshake:
+Messages are those of ``messages.py``, one JSON object per line. Each connection starts with a handshake:
 
-    master → peer     {"type": "challenge", "nonce": Ns}
-    peer   → master   its first message, with "host": h, "nonce": Nc and "mac": HMAC(key of h, Ns, message)
+    master → peer     Challenge(Ns)
+    peer   → master   its first message, with host h, nonce Nc and mac HMAC(key of h, Ns, message)
 
 The master drops, without answering, a peer whose host is not one of the job's or whose MAC is wrong: such
 a peer can neither join, nor report for a rank, nor end the job. From then on every message in either
 direction carries a MAC under a key of this connection (from h's key and both nonces) over its direction
 and its sequence number, so the peer also knows the master is a member, and no message can be replayed,
-reordered or forged. A first message is one of:
-
-    worker → master   {"type": "hello", "job_hosts": [...], ...engine data (its ssh host key)}
-    master → worker   {"type": "welcome", ...engine data (the master's ssh client key)}
-                      or {"type": "reject", "reason": "..."} and the connection closes; a worker
-                      whose job_hosts differ from the master's also fails the master at once
-    worker → master   {"type": "ready"}                      (MPI: sshd accepts the master's key)
-    worker → master   {"type": "outcome", "verdict": {...}}  (TF_CONFIG: how this host's program ended)
-    master → worker   {"type": "verdict", "verdict": {...}}  the job's end; the worker exits with it
-    rank   → master   {"type": "rank_started", "rank": r}     on a short connection, answered
-                      {"type": "ack"}, before the rank launcher starts its program (MPI: the master
-                      bounds mpirun's start by it)
-    rank   → master   {"type": "rank_failure", ...}  on a short connection, answered {"type": "ack"}
+reordered or forged. A first message is a worker's Hello (answered Welcome, or Reject and the connection
+closes; a worker whose host list differs from the master's also fails the master at once), or a rank
+launcher's RankStarted or RankFailed on a short connection of its own, answered Ack (RankStarted comes
+before the rank launcher starts its program: the master bounds mpirun's start by it).
 
 A rank's report counts for the host that proved itself, and only for a rank the plan puts on that host.
 The worker closes its connection after the verdict, which tells the master the verdict arrived. A
@@ -34,6 +25,7 @@ without closing its socket.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import socket
@@ -45,6 +37,25 @@ from sagetrain.deadline import Backoff, Deadline
 from sagetrain.errors import PlatformError, UserError
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded, RankReport
 from sagetrain.launch.membership import SECRET_VAR, canonical, mac, new_nonce, session_key, verified
+from sagetrain.launch.messages import (
+    HOST_FIELD,
+    MAC_FIELD,
+    MAX_MESSAGE_BYTES,
+    NONCE_FIELD,
+    Ack,
+    Challenge,
+    Hello,
+    JobVerdict,
+    Message,
+    Outcome,
+    RankFailed,
+    RankStarted,
+    Ready,
+    Reject,
+    Welcome,
+    decode,
+    encode,
+)
 from sagetrain.report.verdict import RankFailure, Verdict
 
 log = logging.getLogger(__name__)
@@ -55,8 +66,6 @@ RANK_START_REPORT_SECONDS = 30.0
 RANK_FAILURE_REPORT_SECONDS = 5.0
 # A peer has this long to answer the challenge: a connection that says nothing holds no thread longer.
 HANDSHAKE_SECONDS = 10.0
-# A verdict's detail (traceback, last lines) is the largest message; a longer line is not ours.
-MAX_MESSAGE_BYTES = 1 << 20
 # How much of a peer's own text (a claimed host name, a host list) our log lines and messages quote.
 QUOTED_CHARACTERS = 200
 MASTER = b"master"
@@ -78,8 +87,8 @@ def _enable_keepalive(sock: socket.socket) -> None:
 
 
 class Connection:
-    """A socket carrying JSON lines; once ``secure``, every message carries and must carry a MAC over
-    its direction and sequence number. Sending is safe from several threads."""
+    """A socket carrying messages, one JSON object per line; once ``secure``, every message carries and
+    must carry a MAC over its direction and sequence number. Sending is safe from several threads."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -92,17 +101,27 @@ class Connection:
     def secure(self, key: bytes, *, outgoing: bytes, incoming: bytes) -> None:
         self._key, self._outgoing, self._incoming = key, outgoing, incoming
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
+        self.send_fields(encode(message))
+
+    def send_fields(self, fields: dict[str, Any]) -> None:
+        """A message as its JSON fields (the handshake adds its own to a first message)."""
         with self._send_lock:
             if self._key is not None:
                 count = str(self._sent).encode()
-                message = {**message, "mac": mac(self._key, self._outgoing, count, canonical(message))}
+                fields = {**fields, MAC_FIELD: mac(self._key, self._outgoing, count, canonical(fields))}
                 self._sent += 1
-            self.sock.sendall(canonical(message) + b"\n")
+            self.sock.sendall(canonical(fields) + b"\n")
 
-    def receive(self) -> dict[str, Any] | None:
-        """The next message; None when the peer closed the connection, it broke, or (once secure) a
-        message did not carry the right MAC: an impostor's message is as good as a closed connection."""
+    def receive(self) -> Message | None:
+        """The next message; None when the peer closed the connection, it broke, or it sent something that
+        is not a message of this job (once secure, one without the right MAC): an impostor's message is as
+        good as a closed connection."""
+        fields = self.receive_fields()
+        return decode(fields) if fields is not None else None
+
+    def receive_fields(self) -> dict[str, Any] | None:
+        """The next message's JSON fields (checked as ``receive`` says, but not decoded)."""
         try:
             line = self._reader.readline(MAX_MESSAGE_BYTES)
         except (OSError, ValueError):
@@ -110,20 +129,20 @@ class Connection:
         if not line.endswith(b"\n"):
             return None
         try:
-            message = json.loads(line)
+            fields = json.loads(line)
         except ValueError:
             return None
-        if not isinstance(message, dict):
+        if not isinstance(fields, dict):
             return None
         if self._key is None:
-            return message
-        claimed = str(message.pop("mac", ""))
+            return fields
+        claimed = str(fields.pop(MAC_FIELD, ""))
         count = str(self._received).encode()
-        if not verified(self._key, claimed, self._incoming, count, canonical(message)):
+        if not verified(self._key, claimed, self._incoming, count, canonical(fields)):
             log.warning("dropped a coordinator connection: a message did not carry this job's proof")
             return None
         self._received += 1
-        return message
+        return fields
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -135,20 +154,21 @@ class Connection:
 
 def authenticate_peer(
     connection: Connection, host_keys: Mapping[str, bytes], peer: str
-) -> tuple[str, dict[str, Any]] | None:
+) -> tuple[str, Message] | None:
     """Master's side of the handshake: (the peer's host, its first message), the connection secure; None
     (logged, the peer's text quoted) when the peer does not prove membership of the job."""
     nonce = new_nonce()
     try:
         connection.sock.settimeout(HANDSHAKE_SECONDS)
-        connection.send({"type": "challenge", "nonce": nonce})
-        first = connection.receive()
+        connection.send(Challenge(nonce))
+        first = connection.receive_fields()
         connection.sock.settimeout(None)
     except OSError:
         return None
     if first is None:
         return None
-    host, client_nonce, proof = first.get("host"), first.get("nonce"), str(first.pop("mac", ""))
+    host, client_nonce = first.get(HOST_FIELD), first.get(NONCE_FIELD)
+    proof = str(first.pop(MAC_FIELD, ""))
     if not isinstance(host, str) or not isinstance(client_nonce, str) or host not in host_keys:
         _refused(peer, host)
         return None
@@ -157,7 +177,11 @@ def authenticate_peer(
         _refused(peer, host)
         return None
     connection.secure(session_key(key, nonce, client_nonce), outgoing=MASTER, incoming=host.encode())
-    return host, first
+    message = decode(first)
+    if message is None:
+        log.warning("dropped a coordinator connection from host %s: its first message is not ours", host)
+        return None
+    return host, message
 
 
 def _refused(peer: str, host: object) -> None:
@@ -167,28 +191,26 @@ def _refused(peer: str, host: object) -> None:
     )  # fmt: skip
 
 
-def open_authenticated(sock: socket.socket, host: str, key: bytes, first: dict[str, Any]) -> Connection:
+def open_authenticated(sock: socket.socket, host: str, key: bytes, first: Message) -> Connection:
     """A member's side of the handshake: answer the challenge with ``first``; the connection, secure."""
     connection = Connection(sock)
     challenge = connection.receive()
-    if (
-        challenge is None
-        or challenge.get("type") != "challenge"
-        or not isinstance(challenge.get("nonce"), str)
-    ):
+    if not isinstance(challenge, Challenge):
         raise OSError("the coordinator did not send its challenge")
-    server_nonce, client_nonce = challenge["nonce"], new_nonce()
-    message = {**first, "host": host, "nonce": client_nonce}
-    proof = mac(key, b"hello", server_nonce.encode(), canonical(message))
-    connection.send({**message, "mac": proof})
-    connection.secure(session_key(key, server_nonce, client_nonce), outgoing=host.encode(), incoming=MASTER)
+    client_nonce = new_nonce()
+    fields = {**encode(first), HOST_FIELD: host, NONCE_FIELD: client_nonce}
+    proof = mac(key, b"hello", challenge.nonce.encode(), canonical(fields))
+    connection.send_fields({**fields, MAC_FIELD: proof})
+    connection.secure(
+        session_key(key, challenge.nonce, client_nonce), outgoing=host.encode(), incoming=MASTER
+    )
     return connection
 
 
-def host_list_mismatch(host: str, theirs: Any, ours: Sequence[str]) -> str | None:
+def host_list_mismatch(host: str, theirs: Sequence[str], ours: Sequence[str]) -> str | None:
     """The sentence saying a joining host's job has other hosts than the master's; None when they
     agree or either side did not say. Pure."""
-    if not ours or not isinstance(theirs, list) or list(theirs) == list(ours):
+    if not ours or not theirs or list(theirs) == list(ours):
         return None
     listed = quoted(", ".join(map(str, theirs)))
     return (
@@ -202,7 +224,7 @@ class CoordinatorServer:
         self,
         events: EventQueue,
         expected_hosts: Iterable[str],
-        welcome: Callable[[dict[str, Any]], dict[str, Any]],
+        welcome: Callable[[Hello], Welcome],
         *,
         host_keys: Mapping[str, bytes],
         bind_address: str = "0.0.0.0",
@@ -259,34 +281,28 @@ class CoordinatorServer:
             connection.close()
             return
         host, first = authenticated
-        if first.get("type") in ("rank_failure", "rank_started"):
+        if isinstance(first, (RankStarted, RankFailed)):
             self._take_rank_report(connection, host, first)
-        elif first.get("type") == "hello" and self._admit(connection, host, first):
+        elif isinstance(first, Hello) and self._admit(connection, host, first):
             self._relay(connection, host)
         else:
             connection.close()
 
-    def _take_rank_report(self, connection: Connection, host: str, message: dict[str, Any]) -> None:
+    def _take_rank_report(self, connection: Connection, host: str, report: RankStarted | RankFailed) -> None:
         """A rank launcher's report on its own short connection, acknowledged so it precedes its exit;
         it counts for ``host`` (which proved itself) and only for a rank the plan puts there."""
-        try:
-            rank = int(message["rank"])
-            failure = RankFailure.from_message(message) if message["type"] == "rank_failure" else None
-        except (KeyError, ValueError, TypeError):
-            log.warning("ignored a malformed rank report from host %s", host)
-            connection.close()
-            return
-        if self._rank_host(rank) not in (None, host):
-            log.warning("ignored host %s's report about rank %d, which does not run there", host, rank)
+        failure = report.failure if isinstance(report, RankFailed) else None
+        if self._rank_host(report.rank) not in (None, host):
+            log.warning("ignored host %s's report about rank %d, which does not run there", host, report.rank)
         else:
-            self._events.put(RankReport(rank, host, failure))
+            self._events.put(RankReport(report.rank, host, failure))
             with contextlib.suppress(OSError):
-                connection.send({"type": "ack"})
+                connection.send(Ack())
         connection.close()
 
-    def _admit(self, connection: Connection, host: str, hello: dict[str, Any]) -> bool:
+    def _admit(self, connection: Connection, host: str, hello: Hello) -> bool:
         """Accept a joining host, or reject it saying why; whether it was accepted."""
-        mismatch = host_list_mismatch(host, hello.get("job_hosts"), self._job_hosts)
+        mismatch = host_list_mismatch(host, hello.job_hosts, self._job_hosts)
         with self._changed:
             if mismatch:
                 problem: str | None = mismatch
@@ -299,7 +315,7 @@ class CoordinatorServer:
                 self._hosts[host] = connection
         if problem:
             with contextlib.suppress(OSError):
-                connection.send({"type": "reject", "reason": problem})
+                connection.send(Reject(problem))
             connection.close()
             log.warning("rejected a coordinator connection: %s", problem)
             if mismatch:
@@ -307,22 +323,16 @@ class CoordinatorServer:
             return False
         self._events.put(HostChanged(host, HostState.JOINED, hello=hello))
         with contextlib.suppress(OSError):  # a broken connection is seen as a lost host below
-            connection.send({"type": "welcome", **self._welcome(hello)})
+            connection.send(self._welcome(hello))
         return True
 
     def _relay(self, connection: Connection, host: str) -> None:
         """A joined host's messages as events, until its connection ends (LOST before the verdict)."""
         while (message := connection.receive()) is not None:
-            kind = message.get("type")
-            if kind == "ready":
+            if isinstance(message, Ready):
                 self._events.put(HostChanged(host, HostState.READY))
-            elif kind == "outcome":
-                try:
-                    verdict = Verdict.from_message(message["verdict"])
-                except (KeyError, ValueError, TypeError):
-                    log.warning("ignored a malformed outcome from host %s", host)
-                    continue
-                self._events.put(HostChanged(host, HostState.DONE, verdict=verdict))
+            elif isinstance(message, Outcome):
+                self._events.put(HostChanged(host, HostState.DONE, verdict=message.verdict))
         with self._changed:
             self._hosts.pop(host, None)
             lost = not (self._verdict_sent or self._closing)
@@ -338,7 +348,7 @@ class CoordinatorServer:
             connections = dict(self._hosts)
         for host, connection in connections.items():
             try:
-                connection.send({"type": "verdict", "verdict": verdict.to_message()})
+                connection.send(JobVerdict(verdict))
             except OSError:
                 log.warning("could not send the verdict to %s", host)
 
@@ -376,11 +386,11 @@ class CoordinatorClient:
         self._port = port
         self._host = host
         self._key = host_key
-        self._job_hosts = list(job_hosts)
+        self._job_hosts = tuple(job_hosts)
         self._connection: Connection | None = None
         self._closing = threading.Event()
 
-    def join(self, hello: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+    def join(self, hello: Hello, deadline: Deadline) -> Welcome:
         """Connect (retrying while the master is not up yet), prove membership, say hello; the master's
         welcome, which proves the master's membership in turn."""
         backoff = Backoff(deadline, most=MAX_CONNECT_BACKOFF_SECONDS, wait=self._closing.wait)
@@ -398,28 +408,28 @@ class CoordinatorClient:
                 raise PlatformError(deadline.timeout_message(last_error))
         sock.settimeout(max(1.0, deadline.remaining()))
         _enable_keepalive(sock)
-        first = {"type": "hello", "job_hosts": self._job_hosts, **hello}
         try:
+            first = dataclasses.replace(hello, job_hosts=self._job_hosts)
             connection = open_authenticated(sock, self._host, self._key, first)
         except OSError as error:
             raise PlatformError(
                 f"lost contact with master host {self.master} while joining ({error})"
             ) from None
         answer = connection.receive()
-        if answer is None:
+        if isinstance(answer, Reject):
+            raise UserError(f"master host {self.master} refused this host: {quoted(answer.reason)}")
+        if not isinstance(answer, Welcome):
             connection.close()
             raise PlatformError(
                 f"master host {self.master} did not accept this host's proof of membership, or did not prove "
                 "its own: every host of a job needs the same hyperparameters.json, inputdataconfig.json and "
                 f"{SECRET_VAR}"
             )
-        if answer.get("type") == "reject":
-            raise UserError(f"master host {self.master} refused this host: {quoted(answer.get('reason'))}")
         sock.settimeout(None)
         self._connection = connection
         return answer
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         if self._connection is None:
             raise RuntimeError("join() first")
         try:
@@ -435,12 +445,8 @@ class CoordinatorClient:
 
         def read() -> None:
             while (message := connection.receive()) is not None:
-                if message.get("type") == "verdict":
-                    try:
-                        verdict = Verdict.from_message(message["verdict"])
-                    except (KeyError, ValueError, TypeError):
-                        break
-                    self._events.put(MasterEnded(verdict))
+                if isinstance(message, JobVerdict):
+                    self._events.put(MasterEnded(message.verdict))
                     return
             if not self._closing.is_set():
                 self._events.put(MasterEnded(None, "the connection closed"))
@@ -454,7 +460,7 @@ class CoordinatorClient:
 
 
 def send_rank_report(
-    address: tuple[str, int], host: str, key: bytes, message: dict[str, Any], deadline: Deadline
+    address: tuple[str, int], host: str, key: bytes, report: RankStarted | RankFailed, deadline: Deadline
 ) -> bool:
     """Send a rank's report to the master, proving it comes from ``host``, and wait for its ack (so the
     report precedes what follows). Retried with a growing pause while the master's port does not
@@ -464,9 +470,8 @@ def send_rank_report(
     while True:
         try:
             with socket.create_connection(address, timeout=max(0.1, min(5.0, deadline.remaining()))) as sock:
-                connection = open_authenticated(sock, host, key, message)
-                answer = connection.receive()
-                return bool(answer and answer.get("type") == "ack")
+                connection = open_authenticated(sock, host, key, report)
+                return isinstance(connection.receive(), Ack)
         except OSError:
             pass
         if not backoff.pause():
@@ -478,7 +483,7 @@ def send_rank_failure(
 ) -> bool:
     """Report a failed rank to the master and wait for its ack (so the report precedes the exit)."""
     deadline = Deadline(seconds, "the master to take this rank's failure report")
-    return send_rank_report(address, failure.host, key, failure.to_message(), deadline)
+    return send_rank_report(address, failure.host, key, RankFailed(failure), deadline)
 
 
 def send_rank_started(
@@ -492,4 +497,4 @@ def send_rank_started(
     job when a rank has not said so within sagetrain_launch_wait_seconds, so a lost report costs a
     healthy job; worth a few retries."""
     deadline = Deadline(seconds, "the master to take this rank's start report")
-    return send_rank_report(address, rank_host, key, {"type": "rank_started", "rank": rank}, deadline)
+    return send_rank_report(address, rank_host, key, RankStarted(rank), deadline)

@@ -5,12 +5,11 @@ of ours exited, a worker host changed state, a rank reported, or (for a worker) 
 from __future__ import annotations
 
 import queue
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 from sagetrain.deadline import Deadline
+from sagetrain.launch.messages import Hello
 from sagetrain.report.verdict import RankFailure, Verdict
 
 
@@ -42,7 +41,7 @@ class HostState(Enum):
 class HostChanged:
     host: str
     state: HostState
-    hello: Mapping[str, Any] = field(default_factory=dict)  # JOINED: what the host sent
+    hello: Hello | None = None  # JOINED: what the host sent
     verdict: Verdict | None = None  # DONE
     reason: str = ""  # REJECTED, LOST: one sentence
 

@@ -36,6 +36,7 @@ from sagetrain.launch.events import (
     failure_of,
 )
 from sagetrain.launch.lifecycle import STOP_SECONDS, EngineRun, stopped_verdict
+from sagetrain.launch.messages import Hello, Ready, Welcome
 from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
 from sagetrain.launch.programs import signal_registered_ranks, verdict_for_exit
 from sagetrain.launch.spec import JobSpec, env_added
@@ -86,7 +87,7 @@ def ssh_setup(spec: JobSpec) -> SshSetup | None:
     """How mpirun reaches the other hosts' sshd (None on one host). Pure."""
     if not spec.plan.multi_host:
         return None
-    files = SshFiles(spec.run_dir.ssh)
+    files = SshFiles.in_folder(spec.run_dir.ssh)
     return SshSetup(files.client_key, files.known_hosts, spec.plan.launch.ssh_port)
 
 
@@ -124,10 +125,10 @@ class MpiMaster:
     def __init__(self, spec: JobSpec) -> None:
         self._spec = spec
         self._events = EventQueue()
-        self._files = SshFiles(spec.run_dir.ssh)
-        welcome: dict[str, Any] = {}
+        self._files = SshFiles.in_folder(spec.run_dir.ssh)
+        welcome = Welcome()
         if spec.plan.multi_host:
-            welcome["ssh_client_key"] = generate_key(self._files.client_key, "sagetrain-master")
+            welcome = Welcome(ssh_client_key=generate_key(self._files.client_key, "sagetrain-master"))
         self._coordination = MasterCoordination(spec, self._events, lambda hello: welcome)
         self._coordinator = ""
         self._mpirun: ManagedProcess | None = None
@@ -139,7 +140,7 @@ class MpiMaster:
         self._coordinator = self._coordination.open()
         hellos = self._coordination.wait_for_workers(until_ready=True)
         if hellos:
-            host_keys = {host: str(hello.get("ssh_host_key", "")) for host, hello in hellos.items()}
+            host_keys = {host: hello.ssh_host_key for host, hello in hellos.items()}
             self._files.known_hosts.write_text(known_hosts_text(host_keys, self._spec.plan.launch.ssh_port))
 
     def start(self) -> None:
@@ -220,7 +221,7 @@ class MpiWorker:
     def __init__(self, spec: JobSpec) -> None:
         self._spec = spec
         self._events = EventQueue()
-        self._files = SshFiles(spec.run_dir.ssh)
+        self._files = SshFiles.in_folder(spec.run_dir.ssh)
         self._coordination = WorkerCoordination(spec, self._events)
         self._sshd: ManagedProcess | None = None
         self._joined = False
@@ -235,9 +236,9 @@ class MpiWorker:
             Deadline(SSHD_START_SECONDS, f"sshd on this host to listen on port {port}")
         )
         self._sshd.on_exit(lambda p, code: self._events.put(ProcessExited(p.name, code)))
-        welcome = self._coordination.join({"ssh_host_key": host_public_key})
-        write_authorized_key(self._files, str(welcome.get("ssh_client_key", "")))
-        self._coordination.send({"type": "ready"})
+        welcome = self._coordination.join(Hello(ssh_host_key=host_public_key))
+        write_authorized_key(self._files, welcome.ssh_client_key)
+        self._coordination.send(Ready())
         self._coordination.listen()
         self._joined = True
         log.info("joined master host %s; ranks will be started by its mpirun", self._spec.plan.master)

@@ -15,12 +15,12 @@ from sagetrain import contracts, legacy_keras
 from sagetrain.config.hyperparameters import LaunchSettings
 from sagetrain.config.job import JobConfig
 from sagetrain.config.paths import ROOT_ENV
-from sagetrain.config.toolkit_env import toolkit_env_vars
-from sagetrain.contracts import RunDir
+from sagetrain.config.toolkit_env import NUM_CPUS_VAR, toolkit_env_vars
+from sagetrain.contracts import HostFacts, RunDir
 from sagetrain.deadline import Deadline
 from sagetrain.launch.membership import Membership
 from sagetrain.plan.model import Plan
-from sagetrain.run.program import Program, adjusted_user_hyperparameters, program_argv
+from sagetrain.program.kind import Program, adjusted_user_hyperparameters, program_argv
 
 # Linux refuses an environment string ("NAME=value") longer than this (MAX_ARG_STRLEN): 100
 # hyperparameters of 2,500 characters, which SageMaker accepts, make SM_HPS, SM_USER_ARGS and
@@ -39,6 +39,8 @@ class JobSpec:
     code_dir: Path
     interface: str  # resolved on this host
     membership: Membership  # keys this job's hosts prove themselves with
+    # What this host's entry detected, for the ranks mpirun starts here with the master's environment.
+    host_facts: HostFacts
     python: str = sys.executable
     # Variables too long for the environment: their values, for the files <NAME>_FILE names.
     env_files: Mapping[str, str] = field(default_factory=dict)
@@ -144,4 +146,6 @@ def build_spec(
         code_dir=program.code_dir,
         interface=interface,
         membership=Membership.of_job(config, environ),
+        # The CPU count as sagemaker_training counts it, since that is what SM_NUM_CPUS says on this host.
+        host_facts=HostFacts(plan.current_host, gpus, int(job_env[NUM_CPUS_VAR])),
     )

@@ -19,31 +19,57 @@ from sagetrain.launch.process import ManagedProcess
 
 SSHD = "/usr/sbin/sshd"
 PRIVILEGE_SEPARATION_DIR = Path("/run/sshd")
+# OpenSSH's file names, for our launcher's files and for the system's alike.
+_HOST_KEY_FILE = "ssh_host_ed25519_key"
+_CLIENT_KEY_FILE = "id_ed25519"
+_AUTHORIZED_KEYS_FILE = "authorized_keys"
+_KNOWN_HOSTS_FILE = "known_hosts"
+# The SageMaker SDK's MPI driver runs the system's sshd: our settings are a drop-in file for it.
+SSHD_DROP_IN = "sagetrain-job.conf"
 
 
 @dataclass(frozen=True)
 class SshFiles:
-    directory: Path
+    """Where sshd, ssh (and paramiko) find each file: our launcher's own folder (``in_folder``), or the
+    places the system's sshd and root's ssh look (``system``: for the SageMaker SDK's MPI driver)."""
 
-    @property
-    def host_key(self) -> Path:
-        return self.directory / "ssh_host_ed25519_key"
+    host_key: Path
+    client_key: Path  # the private key ssh logs in with; ``.pub`` beside it
+    authorized_keys: Path
+    known_hosts: Path
+    sshd_config: Path  # our sshd's whole configuration, or our drop-in for the system's
 
-    @property
-    def client_key(self) -> Path:
-        return self.directory / "id_ed25519"
+    @classmethod
+    def in_folder(cls, directory: Path) -> SshFiles:
+        return cls(
+            host_key=directory / _HOST_KEY_FILE,
+            client_key=directory / _CLIENT_KEY_FILE,
+            authorized_keys=directory / _AUTHORIZED_KEYS_FILE,
+            known_hosts=directory / _KNOWN_HOSTS_FILE,
+            sshd_config=directory / "sshd_config",
+        )
 
-    @property
-    def authorized_keys(self) -> Path:
-        return self.directory / "authorized_keys"
+    @classmethod
+    def system(cls, etc_ssh: Path, home_ssh: Path) -> SshFiles:
+        return cls(
+            host_key=etc_ssh / _HOST_KEY_FILE,
+            client_key=home_ssh / _CLIENT_KEY_FILE,
+            authorized_keys=home_ssh / _AUTHORIZED_KEYS_FILE,
+            known_hosts=home_ssh / _KNOWN_HOSTS_FILE,
+            sshd_config=etc_ssh / "sshd_config.d" / SSHD_DROP_IN,
+        )
 
-    @property
-    def known_hosts(self) -> Path:
-        return self.directory / "known_hosts"
 
-    @property
-    def sshd_config(self) -> Path:
-        return self.directory / "sshd_config"
+def key_only_settings(files: SshFiles) -> list[str]:
+    """sshd settings that let in the holders of ``files.authorized_keys``' keys, and nothing else."""
+    return [
+        f"HostKey {files.host_key}",
+        f"AuthorizedKeysFile {files.authorized_keys}",
+        "PermitRootLogin prohibit-password",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+    ]
 
 
 def generate_key(path: Path, comment: str) -> str:
@@ -72,12 +98,7 @@ def sshd_config_text(files: SshFiles, port: int) -> str:
     return "\n".join(
         [
             f"Port {port}",
-            f"HostKey {files.host_key}",
-            f"AuthorizedKeysFile {files.authorized_keys}",
-            "PermitRootLogin prohibit-password",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
+            *key_only_settings(files),
             "UsePAM no",
             "StrictModes no",
             "PidFile none",

@@ -1,9 +1,10 @@
 """The TF_CONFIG engines: one program per host (plus a parameter server task for PS).
 
 Every non-master host reports how its program ended; the master decides the verdict and broadcasts it.
-Multi-worker mirrored needs every host's program to succeed. With parameter servers the chief decides
-success (TF2 workers usually block in ``server.join()``); any failure ends the job at once. Parameter
-server tasks and programs still running are then stopped, so the job never hangs at its end.
+The engine's ``TfCluster`` (engines.py) says what success is: every host's program (multi-worker
+mirrored), or the master's (parameter server: the chief's; TF2 workers usually block in
+``server.join()``). Any failure ends the job at once. Parameter server tasks and programs still running
+are then stopped, so the job never hangs at its end.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from sagetrain.config.resources import host_resource_config
 from sagetrain.config.toolkit_env import own_host_variables
 from sagetrain.contracts import RankPlace
 from sagetrain.deadline import Deadline
-from sagetrain.engines import Engine
 from sagetrain.errors import ExitCode, Terminated
 from sagetrain.launch.coordination import (
     MasterCoordination,
@@ -26,11 +26,12 @@ from sagetrain.launch.coordination import (
 )
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, ProcessExited, failure_of
 from sagetrain.launch.lifecycle import EngineRun, stop_grace, stopped_verdict
+from sagetrain.launch.messages import Hello, Outcome
 from sagetrain.launch.process import ManagedProcess, terminate_trees
 from sagetrain.launch.programs import start_program, verdict_for_exit
 from sagetrain.launch.spec import JobSpec, env_added
 from sagetrain.plan.model import Plan, Role
-from sagetrain.plan.tf_config import TaskType, tf_config
+from sagetrain.plan.tf_config import TF_CONFIG_VAR, TaskType, tf_cluster, tf_config
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict, root_failure
 
 PS_SERVER_MODULE = "sagetrain.launch.ps_server"
@@ -39,7 +40,7 @@ PS_PROCESS = "ps"
 
 def decisive_hosts(plan: Plan) -> tuple[str, ...]:
     """The hosts whose success ends the job successfully."""
-    return (plan.master,) if plan.engine is Engine.PARAMETER_SERVER else plan.hosts
+    return (plan.master,) if tf_cluster(plan).decided_by_master else plan.hosts
 
 
 def decide(plan: Plan, outcomes: dict[str, Verdict], failures: Sequence[RankFailure]) -> Verdict | None:
@@ -60,14 +61,14 @@ def program_env(spec: JobSpec, coordinator: str, host: str) -> dict[str, str]:
     place = RankPlace(rank=plan.hosts.index(host), size=len(plan.hosts), local_rank=0, local_size=1)
     return {
         **spec.env,
-        "TF_CONFIG": json.dumps(tf_config(plan, host)),
+        TF_CONFIG_VAR: json.dumps(tf_config(plan, host)),
         contracts.COORDINATOR_VAR: coordinator,
         **place.to_env(),
     }
 
 
 def parameter_server_env(spec: JobSpec, host: str) -> dict[str, str]:
-    return {**spec.env, "TF_CONFIG": json.dumps(tf_config(spec.plan, host, TaskType.PS))}
+    return {**spec.env, TF_CONFIG_VAR: json.dumps(tf_config(spec.plan, host, TaskType.PS))}
 
 
 def exit_outcome(spec: JobSpec, process: str, exit_code: int) -> Verdict:
@@ -90,7 +91,7 @@ class _TfConfigHost:
 
     def start(self) -> None:
         spec = self._spec
-        if spec.plan.engine is Engine.PARAMETER_SERVER:
+        if tf_cluster(spec.plan).parameter_servers:
             ps = ManagedProcess.start(
                 [spec.python, "-m", PS_SERVER_MODULE],
                 name=PS_PROCESS,
@@ -169,14 +170,14 @@ class TfConfigWorker(_TfConfigHost):
         self._coordination = WorkerCoordination(spec, self._events)
 
     def prepare(self) -> None:
-        self._coordination.join({})
+        self._coordination.join(Hello())
         self._coordination.listen()
         self._coordinator = self._coordination.address
 
     def wait(self) -> Verdict:
         def report_outcome(exited: ProcessExited) -> None:
             outcome = exit_outcome(self._spec, exited.name, exited.exit_code)
-            self._coordination.send({"type": "outcome", "verdict": outcome.to_message()})
+            self._coordination.send(Outcome(outcome))
 
         return self._coordination.wait_for_verdict(report_outcome)
 
@@ -209,7 +210,7 @@ def describe(spec: JobSpec, environ: Mapping[str, str]) -> dict[str, Any]:
         own_config = host_resource_config(json.loads(env["SM_RESOURCE_CONFIG"]), host)
         env.update(own_host_variables(env, host, own_config))
         launch[host] = {"command": spec.rank_argv, "env": env_added(env, environ)}
-        if plan.engine is Engine.PARAMETER_SERVER:
+        if tf_cluster(plan).parameter_servers:
             launch[host]["parameter_server"] = {
                 "command": [spec.python, "-m", PS_SERVER_MODULE],
                 "env": env_added(parameter_server_env(spec, host), environ),

@@ -42,8 +42,10 @@ KERAS_2_ERRORS: tuple[Keras2Error, ...] = (
     ),
     Keras2Error(
         "fit / evaluate / predict with workers=, use_multiprocessing=, max_queue_size=",
+        # fit and predict name the argument in a TypeError; evaluate takes **kwargs and refuses them.
         r"\.(?:fit|evaluate|predict)\(\) got an unexpected keyword argument "
-        r"'(?:workers|use_multiprocessing|max_queue_size)'",
+        r"'(?:workers|use_multiprocessing|max_queue_size)'"
+        r"|Arguments not recognized: \{'(?:workers|use_multiprocessing|max_queue_size)'",
         "TypeError: TensorFlowTrainer.fit() got an unexpected keyword argument 'workers'",
     ),
     Keras2Error(
@@ -74,6 +76,13 @@ KERAS_2_ERRORS: tuple[Keras2Error, ...] = (
         "optimizer.lr (read, or given to K.set_value)",
         rf"'(?:{_OPTIMIZERS})' object has no attribute 'lr'",
         "AttributeError: 'Adam' object has no attribute 'lr'",
+    ),
+    Keras2Error(
+        "tf.keras.backend.set_value(optimizer.learning_rate, …) on a Keras 3 variable",
+        # Keras 3's legacy backend reads a dtype's .name, and a Keras 3 variable's dtype is a string.
+        r"(?s:keras/src/legacy/backend\.py.{0,500}?'str' object has no attribute 'name')",
+        'File "/opt/venv/lib/python3.11/site-packages/keras/src/legacy/backend.py", line 1877, in set_value\n'
+        "AttributeError: 'str' object has no attribute 'name'",
     ),
     Keras2Error(
         "LossScaleOptimizer.get_scaled_loss / get_unscaled_gradients",
@@ -116,8 +125,16 @@ KERAS_2_ERRORS: tuple[Keras2Error, ...] = (
     Keras2Error(
         "Layer.add_metric",
         r"Layer `add_metric\(\)` method is deprecated",
-        "NotImplementedError: Layer `add_metric()` method is deprecated. Add your metric in "
-        "`Model.compile(metrics=[...])`",
+        "NotImplementedError: Exception encountered when calling Endpoint.call().\n\nLayer `add_metric()` "
+        "method is deprecated. Add your metric in `Model.compile(metrics=[...])`",
+    ),
+    Keras2Error(
+        "fit under ParameterServerStrategy with a dataset (tf-keras's fit takes it; Keras 3's does not)",
+        r"(?s:/keras/src/.{0,2000}?To use this dataset, you need to pass this dataset to "
+        r"ClusterCoordinator\.create_per_worker_dataset)",
+        'File "/opt/venv/lib/python3.11/site-packages/keras/src/utils/traceback_utils.py", line 113, in '
+        "error_handler\nValueError: To use this dataset, you need to pass this dataset to "
+        "ClusterCoordinator.create_per_worker_dataset.",
     ),
 )
 
@@ -131,6 +148,6 @@ LEGACY_KERAS_HINT = (
 
 
 def shows_keras_2_code(texts: Iterable[str]) -> bool:
-    """Whether any of ``texts`` (a rank's message, traceback, last lines) holds an error Keras 3 raises on
-    Keras 2 code that the switch runs. Pure."""
-    return any(_ANY_KERAS_2_ERROR.search(text) for text in texts)
+    """Whether ``texts`` (a rank's message, traceback, last lines) hold an error Keras 3 raises on Keras 2
+    code that the switch runs; an error may span lines (a traceback's frame, then its exception). Pure."""
+    return _ANY_KERAS_2_ERROR.search("\n".join(texts)) is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sagetrain.errors import ExitCode
 from sagetrain.report.keras_2_code import LEGACY_KERAS_HINT, shows_keras_2_code
@@ -21,13 +20,6 @@ class Verdict:
     def succeeded(self) -> bool:
         return self.exit_code == ExitCode.SUCCESS
 
-    def to_message(self) -> dict[str, Any]:
-        return {"exit_code": self.exit_code, "cause": self.cause, "detail": self.detail}
-
-    @classmethod
-    def from_message(cls, message: dict[str, Any]) -> Verdict:
-        return cls(int(message["exit_code"]), str(message.get("cause", "")), str(message.get("detail", "")))
-
 
 SUCCESS = Verdict(ExitCode.SUCCESS)
 
@@ -41,7 +33,8 @@ def signal_name(number: int) -> str:
 
 @dataclass(frozen=True)
 class RankFailure:
-    """A rank's own account of its failure, sent by the rank launcher to the master."""
+    """A rank's own account of its failure, sent by the rank launcher to the master (launch/messages.py:
+    RankFailed)."""
 
     rank: int
     host: str
@@ -50,30 +43,6 @@ class RankFailure:
     message: str = ""  # from the program's SAGETRAIN_ERROR_FILE
     traceback: str = ""
     last_lines: tuple[str, ...] = field(default=())
-
-    def to_message(self) -> dict[str, Any]:
-        return {
-            "type": "rank_failure",
-            "rank": self.rank,
-            "host": self.host,
-            "exit_code": self.exit_code,
-            "program": self.program,
-            "message": self.message,
-            "traceback": self.traceback,
-            "last_lines": list(self.last_lines),
-        }
-
-    @classmethod
-    def from_message(cls, message: dict[str, Any]) -> RankFailure:
-        return cls(
-            rank=int(message["rank"]),
-            host=str(message["host"]),
-            exit_code=int(message["exit_code"]),
-            program=str(message.get("program", "the program")),
-            message=str(message.get("message", "")),
-            traceback=str(message.get("traceback", "")),
-            last_lines=tuple(str(line) for line in message.get("last_lines", [])),
-        )
 
     def cause(self) -> str:
         where = f"on rank {self.rank} (host {self.host})"

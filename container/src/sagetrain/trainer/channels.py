@@ -37,15 +37,27 @@ NPY_LABELS_SUFFIX = "y.npy"
 
 @dataclass(frozen=True)
 class Channel:
-    """One channel as this rank sees it."""
+    """One channel of the job (``declared``, as inputdataconfig.json says) as this rank sees it: its
+    folder, the files it reads, their format and this rank's share."""
 
-    name: str
+    declared: ChannelConfig
     directory: Path
     files: tuple[str, ...]
-    content_type: str | None
-    input_mode: str
     data_format: DataFormat
     shard: ShardPlan
+
+    @property
+    def name(self) -> str:
+        return self.declared.name
+
+    @property
+    def content_type(self) -> str | None:
+        return self.declared.content_type
+
+    @property
+    def input_mode(self) -> str:
+        """As SageMaker spells it: "File", "FastFile"."""
+        return self.declared.input_mode.value
 
 
 def list_data_files(directory: Path) -> list[Path]:
@@ -120,8 +132,8 @@ def shard_group(spec: ChannelConfig, ranks: RankPlace) -> tuple[int, int]:
     return ranks.rank, ranks.size
 
 
-def reject_pipe_mode(spec: ChannelConfig) -> None:
-    fifo = spec.path.with_name(f"{spec.name}_0")  # SageMaker's FIFO of epoch 0
+def reject_pipe_mode(spec: ChannelConfig, folder: Path) -> None:
+    fifo = folder.with_name(f"{spec.name}_0")  # SageMaker's FIFO of epoch 0
     is_fifo = fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
     if spec.input_mode is InputMode.PIPE or is_fifo:
         raise UserError(
@@ -131,21 +143,23 @@ def reject_pipe_mode(spec: ChannelConfig) -> None:
         )
 
 
-def open_channel(spec: ChannelConfig, ranks: RankPlace, *, reader_needs_format: bool) -> Channel:
-    """This rank's view of a channel. ``reader_needs_format``: no ``input_fn``, so a default reader must
-    recognise the files."""
-    reject_pipe_mode(spec)
-    if not spec.path.is_dir():
-        raise UserError(f"channel {spec.name!r}: its folder {spec.path} does not exist.")
-    listed = list_data_files(spec.path)
+def open_channel(
+    spec: ChannelConfig, folder: Path, ranks: RankPlace, *, reader_needs_format: bool
+) -> Channel:
+    """This rank's view of a channel whose data is in ``folder``. ``reader_needs_format``: no
+    ``input_fn``, so a default reader must recognise the files."""
+    reject_pipe_mode(spec, folder)
+    if not folder.is_dir():
+        raise UserError(f"channel {spec.name!r}: its folder {folder} does not exist.")
+    listed = list_data_files(folder)
     if not listed:
-        raise UserError(f"channel {spec.name!r} has no files in {spec.path}; add data or remove the channel.")
+        raise UserError(f"channel {spec.name!r} has no files in {folder}; add data or remove the channel.")
     # An empty file holds no record in any format (and Spark's _SUCCESS markers are empty): skipped, so
     # it neither fails a reader nor counts as a file when dealing files out.
     paths = [path for path in listed if path.stat().st_size > 0]
     if not paths:
         raise UserError(
-            f"channel {spec.name!r} has no records: its {len(listed)} file(s) in {spec.path} are "
+            f"channel {spec.name!r} has no records: its {len(listed)} file(s) in {folder} are "
             f"empty; add data or remove the channel."
         )
     data_format = format_of(spec.name, paths, spec.content_type)
@@ -157,15 +171,7 @@ def open_channel(spec: ChannelConfig, ranks: RankPlace, *, reader_needs_format: 
     index, count = shard_group(spec, ranks)
     shard = plan_shard(sharding_units(spec.name, paths, data_format), index, count)
     files = tuple(unit.path for unit in shard.files)
-    return Channel(
-        name=spec.name,
-        directory=spec.path,
-        files=files,
-        content_type=spec.content_type,
-        input_mode=spec.input_mode.value,
-        data_format=data_format,
-        shard=shard,
-    )
+    return Channel(declared=spec, directory=folder, files=files, data_format=data_format, shard=shard)
 
 
 def describe_shard(channel: Channel) -> str:

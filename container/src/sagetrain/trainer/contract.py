@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sagetrain.errors import UserError
+from sagetrain.legacy_keras import TF_USE_LEGACY_KERAS_VAR
 from sagetrain.trainer.hyperparameters import CompileSettings
 
 
@@ -28,7 +29,7 @@ class ModelModule:
 
 
 def uses_legacy_keras(environ: Mapping[str, str]) -> bool:
-    return environ.get("TF_USE_LEGACY_KERAS") == "1"
+    return environ.get(TF_USE_LEGACY_KERAS_VAR) == "1"
 
 
 def keras_api(environ: Mapping[str, str]) -> types.ModuleType:
@@ -126,7 +127,7 @@ def build_and_compile(module: ModelModule, hp: Mapping[str, object], settings: C
     if not isinstance(model, keras.Model):
         other = "tf_keras" if not uses_legacy_keras(os.environ) else "keras (Keras 3)"
         hint = (
-            f" It looks like a {other} model: set TF_USE_LEGACY_KERAS=1 for tf_keras, or build it with "
+            f" It looks like a {other} model: set {TF_USE_LEGACY_KERAS_VAR}=1 for tf_keras, or build it with "
             "Keras 3."
             if type(model).__module__.split(".")[0] in {"tf_keras", "keras"}
             else ""

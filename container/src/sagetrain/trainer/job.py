@@ -13,6 +13,7 @@ from sagetrain import contracts
 from sagetrain.config.channels import Channel
 from sagetrain.config.job import JobConfig, load_job_config
 from sagetrain.config.paths import Paths, root_from_environ
+from sagetrain.config.tensorboard import read_tensorboard_dir
 from sagetrain.contracts import RankPlace
 from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError
@@ -35,10 +36,12 @@ class TrainerJob:
 
     @property
     def tensorboard_dir(self) -> Path | None:
-        """Where rank 0 writes the epoch scalars: the job's TensorBoard output config's folder, else
-        SageMaker's default one when it exists; None: nowhere."""
-        if self.config.tensorboard_dir is not None:
-            return self.config.tensorboard_dir
+        """Where rank 0 writes the epoch scalars: the job's TensorBoard output config's folder (read here,
+        where it is used: a script job never fails on that file), else SageMaker's default one when it
+        exists; None: nowhere."""
+        configured = read_tensorboard_dir(self.paths)
+        if configured is not None:
+            return configured
         default = self.paths.tensorboard_dir
         return default if default.is_dir() else None
 

@@ -48,7 +48,8 @@ def _records(
     spec = job.channel(name)
     if spec is None:
         return None
-    channel = open_channel(spec, job.ranks, reader_needs_format=module.input_fn is None)
+    folder = job.paths.channel_dir(spec.name)
+    channel = open_channel(spec, folder, job.ranks, reader_needs_format=module.input_fn is None)
     return rank_records(channel, module, job.hyperparameters, settings.label_column)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from sagetrain.legacy_keras import TF_USE_LEGACY_KERAS_VAR
 
 WORKERS_DIR = Path(__file__).resolve().parent
 # Upper bound for one mpirun job: TF import plus a few tiny fits on 2 shared CPU cores.
@@ -35,9 +36,9 @@ class RankOutputs:
 
 def rank_env(flavour: KerasFlavour) -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("TF_USE_LEGACY_KERAS", None)
+    env.pop(TF_USE_LEGACY_KERAS_VAR, None)
     if flavour is KerasFlavour.TF_KERAS:
-        env["TF_USE_LEGACY_KERAS"] = "1"
+        env[TF_USE_LEGACY_KERAS_VAR] = "1"
     env.update(
         OMPI_ALLOW_RUN_AS_ROOT="1",
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from sagetrain.legacy_keras import TF_USE_LEGACY_KERAS_VAR
 
 
 def keras_flavour() -> str:
@@ -27,7 +28,7 @@ class RankWriter:
             "rank": rank,
             "size": size,
             "flavour": keras_flavour(),
-            "tf_use_legacy_keras": os.environ.get("TF_USE_LEGACY_KERAS", ""),
+            "tf_use_legacy_keras": os.environ.get(TF_USE_LEGACY_KERAS_VAR, ""),
         }
 
     def arrays(self, prefix: str, values) -> None:

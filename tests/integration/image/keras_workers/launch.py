@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from sagetrain.legacy_keras import TF_USE_LEGACY_KERAS_VAR
+from sagetrain.plan.tf_config import TF_CONFIG_VAR
 
 WORKERS_DIR = Path(__file__).resolve().parent
 # One scenario: TF import plus a few tiny fits per process, on 2 shared cores.
@@ -53,7 +55,7 @@ def tf_config(ports: list[int], index: int) -> str:
 
 def base_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("TF_USE_LEGACY_KERAS", None)
+    env.pop(TF_USE_LEGACY_KERAS_VAR, None)
     env.update(
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONPATH=os.pathsep.join(filter(None, [str(WORKERS_DIR), env.get("PYTHONPATH")])),
@@ -70,7 +72,7 @@ def run_workers(program: str, workers: int, out_dir: Path, *args: str) -> list[W
     for index in range(max(workers, 1)):
         env = base_env()
         if workers:
-            env["TF_CONFIG"] = tf_config(ports, index)
+            env[TF_CONFIG_VAR] = tf_config(ports, index)
         # Each worker its own temporary folder, as on its own host: what it leaves there is its own.
         env["TMPDIR"] = str(out_dir / f"tmp{index}")
         Path(env["TMPDIR"]).mkdir(exist_ok=True)

@@ -16,9 +16,10 @@ import numpy as np
 import sagetrain
 from keras_workers.launch import free_ports, tf_config
 from sagetrain import contracts
-from sagetrain.config.channels import S3Distribution
-from sagetrain.config.job_files import ChannelSpec, JobFiles
+from sagetrain.config.channels import Channel, S3Distribution
+from sagetrain.config.job_files import JobFiles
 from sagetrain.deadline import Deadline
+from sagetrain.plan.tf_config import TF_CONFIG_VAR
 
 CASES = Path(__file__).resolve().parent
 REPO = CASES.parents[3]
@@ -69,7 +70,7 @@ def run_trainer(
     JobFiles(
         hosts=(HOST,),
         hyperparameters=hyperparameters,
-        channels=tuple(ChannelSpec(name, s3_distribution=S3Distribution(distribution)) for name in channels),
+        channels=tuple(Channel(name, s3_distribution=S3Distribution(distribution)) for name in channels),
     ).write(root, HOST)
     (root / "errors").mkdir(parents=True, exist_ok=True)
     job_env = {
@@ -136,7 +137,7 @@ def _run_workers(root: Path, trainer: list[str], workers: int, job_env: dict[str
             **contracts.RankPlace(rank=rank, size=workers).to_env(),
             contracts.ENGINE_VAR: "multi_worker_mirrored",
             contracts.ERROR_FILE_VAR: str(root / "errors" / f"error-rank-{rank}.json"),
-            "TF_CONFIG": tf_config(ports, rank),
+            TF_CONFIG_VAR: tf_config(ports, rank),
         }
         with (logs / f"{rank}.out").open("w") as out, (logs / f"{rank}.err").open("w") as err:
             processes.append(subprocess.Popen(trainer, env=environment, stdout=out, stderr=err))

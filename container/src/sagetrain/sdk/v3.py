@@ -10,8 +10,8 @@ its drivers in the channel ``sm_drivers``; ``sm_train.sh`` then runs one of them
   from the ``sagemaker_*`` hyperparameters (or chooses), exactly as without ``SourceCode``.
 - ``distributed_drivers/mpi_driver.py`` (``distributed=MPI()``): starts ``/usr/sbin/sshd -D``, connects
   with paramiko and the system ``ssh``, then runs ``mpirun`` over ssh. Before it starts, this image
-  writes ssh keys made for this job (``launch/sdk_ssh.py``) and puts its own ``mpirun`` first on the
-  driver's PATH, so that ``process_count_per_node`` means processes on each host (``launch/sdk_mpirun.py``).
+  writes ssh keys made for this job (``sdk/ssh.py``) and puts its own ``mpirun`` first on the driver's
+  PATH, so that ``process_count_per_node`` means processes on each host (``sdk/mpirun.py``).
 - ``SourceCode(command=…)``: ``sm_train.sh`` runs the command itself, once on every host, and the SDK
   drops ``distributed=``. When the job asks for a distribution (a ``sagemaker_*_enabled`` hyperparameter
   or ``distributed=``), the command's first Python process fails at once saying what to do, instead of
@@ -24,33 +24,27 @@ few comparisons; everything else is imported only for an SDK process.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sagetrain import contracts
+from sagetrain.config.paths import Paths, root_from_environ
+from sagetrain.config.sdk_source_code import DRIVERS_CHANNEL, DRIVERS_FOLDER, SourceCode, read_source_code
 
 if TYPE_CHECKING:
     from sagetrain.config.hyperparameters import JobSettings
-    from sagetrain.config.paths import Paths
 
-# The SDK's channels and files (sagemaker/train/constants.py in sagemaker-train).
-DRIVERS_CHANNEL = "sm_drivers"
-CODE_CHANNEL = "code"
-SOURCE_CODE_FILE = "sourcecode.json"
-DRIVERS_FOLDER = "distributed_drivers"
 # Our launcher: what the image runs when started without arguments.
 TRAIN = "/usr/local/bin/train"
 # Set in the launcher's environment when it took over from the SDK's script driver: the launcher, and
 # everything it starts, is never taken for a driver again.
 HANDED_OVER_VAR = "SAGETRAIN_SDK_DRIVER"
 # Variables a process started by our launcher or by mpirun has: never a driver's process.
-_LAUNCHED_VARS = (contracts.RANK_VAR, "OMPI_COMM_WORLD_RANK", "PMI_RANK", HANDED_OVER_VAR)
+_LAUNCHED_VARS = (contracts.RANK_VAR, contracts.MPI_RANK_VAR, contracts.PMI_RANK_VAR, HANDED_OVER_VAR)
 # Written by the SDK's environment.py to sm_training.env, which sm_train.sh sources: the first when the
 # job has a sourcecode.json, the second when its distributed.json is not empty (distributed= was given),
 # the third always.
@@ -84,48 +78,7 @@ def recognise(argv: Sequence[str], environ: Mapping[str, str]) -> SdkDriver | No
 
 
 def _drivers_dir(environ: Mapping[str, str]) -> Path:
-    from sagetrain.config.paths import Paths, root_from_environ
-
     return Paths(root_from_environ(environ)).channel_dir(DRIVERS_CHANNEL)
-
-
-@dataclass(frozen=True)
-class SourceCode:
-    """The fields of the SDK's ``sourcecode.json`` this image uses."""
-
-    entry_script: str | None
-    has_source_dir: bool
-    command: str | None
-
-
-def read_source_code(paths: Paths) -> SourceCode | None:
-    """The SDK's ``sourcecode.json``, or None when the job has none (no ``SourceCode``)."""
-    from sagetrain.config.files import read_json_object
-
-    path = paths.channel_dir(DRIVERS_CHANNEL) / SOURCE_CODE_FILE
-    if not path.is_file():
-        return None
-    raw = read_json_object(path)
-    entry_script, command = raw.get("entry_script"), raw.get("command")
-    return SourceCode(
-        entry_script=entry_script if isinstance(entry_script, str) and entry_script else None,
-        has_source_dir=bool(raw.get("source_dir")),
-        command=command if isinstance(command, str) and command else None,
-    )
-
-
-def with_source_code(settings: JobSettings, paths: Paths) -> JobSettings:
-    """``settings`` with the SDK's entry script as ``sagemaker_program`` (and its code channel as
-    ``sagemaker_submit_directory``) when the hyperparameters name no program; hyperparameters win."""
-    if settings.program is not None:
-        return settings
-    source = read_source_code(paths)
-    if source is None or source.entry_script is None:
-        return settings
-    submit = settings.submit_directory
-    if submit is None and source.has_source_dir:
-        submit = str(paths.channel_dir(CODE_CHANNEL))
-    return dataclasses.replace(settings, program=source.entry_script, submit_directory=submit)
 
 
 def hand_over(environ: Mapping[str, str]) -> None:
@@ -141,7 +94,6 @@ def hand_over(environ: Mapping[str, str]) -> None:
 def fail_at_once(cause: str, exit_code: int, environ: Mapping[str, str]) -> None:
     """Write ``cause`` as the failure file's first line and to stderr, and end this process."""
     from sagetrain.atomic_file import write_atomically
-    from sagetrain.config.paths import Paths, root_from_environ
 
     sys.stderr.write(f"sagetrain: {cause}\n")
     sys.stderr.flush()
@@ -154,14 +106,15 @@ def fail_at_once(cause: str, exit_code: int, environ: Mapping[str, str]) -> None
 def crowded_mpi_ranks(environ: Mapping[str, str]) -> str | None:
     """Why this rank of the SDK's MPI driver must not train, or None. The driver gives mpirun
     ``-np process_count_per_node`` for the whole job; the image's ``mpirun`` in front of it
-    (launch/sdk_mpirun.py) makes that N on every host, but a launch it leaves as given may still put
+    (sdk/mpirun.py) makes that N on every host, but a launch it leaves as given may still put
     every rank on the master, where the other hosts train nothing: a rank that sees all ranks on its own
     host says so. Pure."""
     if DISTRIBUTED_CONFIG_VAR not in environ or contracts.RANK_VAR in environ:
         return None
     try:
         hosts = int(environ.get(HOST_COUNT_VAR, "1"))
-        size, local_size = int(environ["OMPI_COMM_WORLD_SIZE"]), int(environ["OMPI_COMM_WORLD_LOCAL_SIZE"])
+        size = int(environ[contracts.MPI_SIZE_VAR])
+        local_size = int(environ[contracts.MPI_LOCAL_SIZE_VAR])
     except (KeyError, ValueError):
         return None
     if hosts < 2 or size != local_size:
@@ -218,16 +171,14 @@ def command_warning(source: SourceCode, hosts: int) -> str | None:
 def check_sdk_command(environ: MutableMapping[str, str]) -> None:
     """Before the SDK's ``command`` runs: refuse it, warn, or let it be. Checked once in each top-level
     Python process of the command; the processes those start are not checked again."""
-    from sagetrain.config.job import load_job_config
-    from sagetrain.config.paths import Paths, root_from_environ
     from sagetrain.errors import ExitCode, SagetrainError
+    from sagetrain.preparation import Preparation, prepare_job
 
-    root = root_from_environ(environ)
-    source = read_source_code(Paths(root))
+    source = read_source_code(Paths(root_from_environ(environ)))
     if source is None or source.command is None:
         return  # an entry-script job's own Python (its pip, say): nothing to decide
     try:
-        config = load_job_config(root, check_channels=False)
+        config = prepare_job(environ, Preparation.DESCRIBE).config
     except SagetrainError:
         return  # the command does not run our launcher: our rules for its configuration do not apply
     refusal = command_refusal(source, config.settings, environ)
@@ -253,18 +204,18 @@ def at_interpreter_start(
         if crowded is not None:
             # Rank 0 alone fails, once its sentence is written: a rank exiting non-zero first would have
             # mpirun kill rank 0 before it could write it.
-            if environ.get("OMPI_COMM_WORLD_RANK") == "0":
+            if environ.get(contracts.MPI_RANK_VAR) == "0":
                 fail_at_once(crowded, ExitCode.USER_ERROR, environ)
             os._exit(0)
         driver = recognise(argv, environ)
         if driver is SdkDriver.BASIC_SCRIPT:
             hand_over(environ)
         elif driver is SdkDriver.MPI:
-            from sagetrain.launch import sdk_mpirun
-            from sagetrain.launch.sdk_ssh import prepare_for_mpi_driver
+            from sagetrain.sdk import mpirun
+            from sagetrain.sdk.ssh import prepare_for_mpi_driver
 
             prepare_for_mpi_driver(environ)
-            sdk_mpirun.install(environ, contracts.RunDir.from_env(environ))
+            mpirun.install(environ, contracts.RunDir.from_env(environ))
         elif may_run_sdk_command(argv, orig_argv, environ):
             check_sdk_command(environ)
     except SagetrainError as error:

@@ -28,7 +28,7 @@ from pathlib import Path
 from sagetrain.atomic_file import write_atomically
 from sagetrain.config.hyperparameters import LaunchSettings
 from sagetrain.launch.membership import SECRET_VAR, Membership
-from sagetrain.launch.sshd import PRIVILEGE_SEPARATION_DIR
+from sagetrain.launch.sshd import PRIVILEGE_SEPARATION_DIR, SshFiles, key_only_settings
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,6 @@ _HOST_KEY_INFO = b"sagetrain sdk ssh host key v1"
 _CLIENT_KEY_INFO = b"sagetrain sdk ssh client key v1"
 # The variable the SDK's driver reads for mpirun's interface options (written by its environment.py).
 INTERFACE_VAR = "SM_NETWORK_INTERFACE_NAME"
-SSHD_DROP_IN = "sagetrain-job.conf"
 
 
 @dataclass(frozen=True)
@@ -75,44 +74,10 @@ class JobSshKeys:
         )
 
 
-@dataclass(frozen=True)
-class SshLayout:
-    """Where the system's sshd, ssh and paramiko look for each file (``/etc/ssh`` and root's ``~/.ssh``
-    in the image)."""
-
-    host_key: Path
-    drop_in: Path
-    identity: Path
-    authorized_keys: Path
-    known_hosts: Path
-
-    @classmethod
-    def under(cls, etc_ssh: Path, home_ssh: Path) -> SshLayout:
-        return cls(
-            host_key=etc_ssh / "ssh_host_ed25519_key",
-            drop_in=etc_ssh / "sshd_config.d" / SSHD_DROP_IN,
-            identity=home_ssh / "id_ed25519",
-            authorized_keys=home_ssh / "authorized_keys",
-            known_hosts=home_ssh / "known_hosts",
-        )
-
-
-def sshd_drop_in_text(layout: SshLayout) -> str:
+def sshd_drop_in_text(files: SshFiles) -> str:
     """sshd's settings for the job (a drop-in is read before the main file, so its values win)."""
-    return "\n".join(
-        [
-            f"HostKey {layout.host_key}",
-            f"AuthorizedKeysFile {layout.authorized_keys}",
-            "PermitRootLogin prohibit-password",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitEmptyPasswords no",
-            "HostbasedAuthentication no",
-            "X11Forwarding no",
-            "",
-        ]
-    )
+    extra = ["PermitEmptyPasswords no", "HostbasedAuthentication no", "X11Forwarding no", ""]
+    return "\n".join([*key_only_settings(files), *extra])
 
 
 def known_hosts_text(hosts: tuple[str, ...], host_public_line: str) -> str:
@@ -121,18 +86,20 @@ def known_hosts_text(hosts: tuple[str, ...], host_public_line: str) -> str:
     return f"{','.join(hosts)} {key}\n"
 
 
-def write_ssh_files(keys: JobSshKeys, hosts: tuple[str, ...], layout: SshLayout) -> None:
+def write_ssh_files(keys: JobSshKeys, hosts: tuple[str, ...], files: SshFiles) -> None:
     """Every file the driver's sshd, ssh and paramiko read, replacing what was there."""
-    home_ssh = layout.identity.parent
+    home_ssh = files.client_key.parent
     home_ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     home_ssh.chmod(0o700)
-    write_atomically(layout.host_key, keys.host.private_openssh, private=True)
-    write_atomically(layout.host_key.with_name(layout.host_key.name + ".pub"), keys.host.public_line + "\n")
-    write_atomically(layout.drop_in, sshd_drop_in_text(layout))
-    write_atomically(layout.identity, keys.client.private_openssh, private=True)
-    write_atomically(layout.identity.with_name(layout.identity.name + ".pub"), keys.client.public_line + "\n")
-    write_atomically(layout.authorized_keys, keys.client.public_line + "\n", private=True)
-    write_atomically(layout.known_hosts, known_hosts_text(hosts, keys.host.public_line), private=True)
+    write_atomically(files.host_key, keys.host.private_openssh, private=True)
+    write_atomically(files.host_key.with_name(files.host_key.name + ".pub"), keys.host.public_line + "\n")
+    write_atomically(files.sshd_config, sshd_drop_in_text(files))
+    write_atomically(files.client_key, keys.client.private_openssh, private=True)
+    write_atomically(
+        files.client_key.with_name(files.client_key.name + ".pub"), keys.client.public_line + "\n"
+    )
+    write_atomically(files.authorized_keys, keys.client.public_line + "\n", private=True)
+    write_atomically(files.known_hosts, known_hosts_text(hosts, keys.host.public_line), private=True)
 
 
 def tell_interface(environ: MutableMapping[str, str], hosts: tuple[str, ...], current_host: str) -> None:
@@ -149,12 +116,11 @@ def tell_interface(environ: MutableMapping[str, str], hosts: tuple[str, ...], cu
         environ[INTERFACE_VAR] = interface
 
 
-def prepare_for_mpi_driver(environ: MutableMapping[str, str], layout: SshLayout | None = None) -> None:
+def prepare_for_mpi_driver(environ: MutableMapping[str, str], files: SshFiles | None = None) -> None:
     """Before the SDK's MPI driver runs on this host: the job's ssh keys and files, and its interface."""
-    from sagetrain.config.job import load_job_config
-    from sagetrain.config.paths import root_from_environ
+    from sagetrain.preparation import Preparation, prepare_job
 
-    config = load_job_config(root_from_environ(environ), check_channels=False)
+    config = prepare_job(environ, Preparation.DESCRIBE).config
     if not (environ.get(SECRET_VAR) or config.settings.launch.job_secret):
         sys.stderr.write(
             f"sagetrain WARNING: no job secret (hyperparameter {LaunchSettings.key('job_secret')} or "
@@ -163,7 +129,7 @@ def prepare_for_mpi_driver(environ: MutableMapping[str, str], layout: SshLayout 
             "root's ssh login unguessable\n"
         )
     keys = JobSshKeys.of(Membership.of_job(config, environ))
-    layout = layout or SshLayout.under(Path("/etc/ssh"), Path.home() / ".ssh")
-    write_ssh_files(keys, config.resources.hosts, layout)
+    files = files or SshFiles.system(Path("/etc/ssh"), Path.home() / ".ssh")
+    write_ssh_files(keys, config.resources.hosts, files)
     PRIVILEGE_SEPARATION_DIR.mkdir(mode=0o755, exist_ok=True)
     tell_interface(environ, config.resources.hosts, config.resources.current_host)

@@ -14,8 +14,8 @@ from sagetrain.config.hyperparameters import JobSettings
 from sagetrain.config.job import JobConfig
 from sagetrain.config.paths import Paths
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.run.archive import extract_archive
-from sagetrain.run.program import TRAINER_MODULE, Program, ProgramKind, classify_program
+from sagetrain.program.archive import extract_archive
+from sagetrain.program.kind import TRAINER_MODULE, Program, ProgramKind, classify_program
 
 log = logging.getLogger(__name__)
 
