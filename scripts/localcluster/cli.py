@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cpus", help="CPU limit per host (docker --cpus)")
     run.add_argument("--memory", help="memory limit per host (docker --memory), e.g. 8g")
     run.add_argument("--shm-size", default="1g", help="/dev/shm size per host (default 1g)")
+    run.add_argument(
+        "--ulimit", action="append", default=[], metavar="NAME=SOFT[:HARD]",
+        help="a resource limit per host (docker --ulimit), e.g. nofile=1024:1024",
+    )  # fmt: skip
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable")
     run.add_argument(
         "--hostname-mode",
@@ -192,7 +196,7 @@ def run_spec_from_args(args: argparse.Namespace, hosts: tuple[str, ...], job_nam
         image=args.image,
         hosts=hosts,
         job_name=job_name,
-        limits=ContainerLimits(args.gpus, args.cpus, args.memory, args.shm_size or None),
+        limits=ContainerLimits(args.gpus, args.cpus, args.memory, args.shm_size or None, tuple(args.ulimit)),
         env=tuple(split_assignment(text, "--env") for text in args.env),
         start_delays=parse_start_delays(args.start_delay, hosts),
         checkpoints=args.checkpoints,

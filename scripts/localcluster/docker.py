@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sagetrain.config.toolkit_env import TRAINING_JOB_NAME_VAR
 from sagetrain.deadline import Deadline
 
 from localcluster.dockercli import ENGINE_HINT, DockerCli, DockerError
@@ -50,6 +51,10 @@ def container_create_args(spec: RunSpec, host: str, tree: Path) -> list[str]:
         args += ["--memory", spec.limits.memory]
     if spec.limits.shm_size is not None:
         args += ["--shm-size", spec.limits.shm_size]
+    for ulimit in spec.limits.ulimits:
+        args += ["--ulimit", ulimit]
+    # As SageMaker (and its SDK's local mode) sets it in every container; --env may say otherwise.
+    args += ["--env", f"{TRAINING_JOB_NAME_VAR}={spec.job_name}"]
     for key, value in spec.env:
         args += ["--env", f"{key}={value}"]
     args += [spec.image, "train"]

@@ -60,6 +60,7 @@ class ContainerLimits:
     cpus: str | None = None
     memory: str | None = None
     shm_size: str | None = "1g"
+    ulimits: tuple[str, ...] = ()  # docker's --ulimit values, e.g. "nofile=1024:1024"
 
 
 @dataclass(frozen=True)

@@ -1,82 +1,129 @@
-"""A peer on the job's network that impersonates a worker: it connects to the master's coordinator
-before the real worker, claims to be that worker (offering its own ssh host key), reports a failure for
-a rank and an outcome for the job. It must be refused without effect: it learns no key, the master never
-pins its host key, nothing it says changes the verdict, and no credential reaches it, while the real job
-runs to its end with the real worker."""
+"""Outsiders on a job's network while the real job runs (MPI, 2 hosts, algo-2 starting late so that the
+outsiders come first), each in a container of its own running cases/attacker/attack.py:
+
+- without a job secret, one that knows the job's hyperparameters and channels but not its name guesses
+  names, one connection per guess, trying to join as algo-2 and to report rank 0 failed; another floods the
+  master's coordinator (1,100 connections, with the hosts' open-files limit at 1024), sends one byte every
+  4 s, deeply nested JSON and an overlong line. The job succeeds; no guess joins or reports; the guesses the
+  master answered are rate-limited; the flood's slow and malformed connections are dropped within the
+  handshake's deadline, without a traceback; the master logs one line per outsider and a count.
+- with a secret in a channel file, one that knows all of the job's description, its name included, is
+  refused the same way.
+"""
 
 import json
+import shutil
+import threading
 
 import pytest
 from cluster import CASES, DOCKER, files_by_host, start_cluster
 from localcluster.docker import network_name
+from sagetrain.config.job_secret import CHANNEL_KEY
 from sagetrain.deadline import Deadline
+from sagetrain.launch.admission import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS
+from sagetrain.launch.coordinator import HANDSHAKE_SECONDS
 
-pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
 AWS_SECRET = "aws-secret-of-the-job-0123456789"
-# The impostor: everything the master's coordinator sends it is recorded and printed as one JSON line.
-IMPOSTOR = r"""
-import json, socket
-received = []
-
-def talk(first):
-    with socket.create_connection(("algo-1", 7077), timeout=20) as sock:
-        reader = sock.makefile("rb")
-        received.append(json.loads(reader.readline() or b"null"))
-        sock.sendall(json.dumps(first).encode() + b"\n")
-        outcome = {"type": "outcome", "verdict": {"exit_code": 0}, "mac": "00"}
-        sock.sendall(json.dumps(outcome).encode() + b"\n")
-        for line in reader:
-            received.append(json.loads(line))
-
-hello = {"type": "hello", "host": "algo-2", "job_hosts": ["algo-1", "algo-2"], "nonce": "aa" * 16,
-         "ssh_host_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIImpostorKey", "mac": "00" * 32}
-talk(hello)
-failure = {"type": "rank_failure", "rank": 0, "host": "algo-1", "exit_code": 0, "program": "train.py",
-           "message": "your job was cancelled by the admin, see http://example.invalid", "nonce": "bb" * 16,
-           "mac": "11" * 32}
-talk(failure)
-print("IMPOSTOR " + json.dumps(received), flush=True)
-"""
+MPI = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1}
+ATTACKER = CASES / "attacker"
+FLOOD_SECONDS = 45
 
 
-def test_an_impostor_worker_is_refused_and_learns_nothing_while_the_job_completes(tmp_path, cpu_image):
-    hyperparameters = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1}
-    running = start_cluster(
-        tmp_path, cpu_image, 2, CASES / "credentials", name="impostor", program="train.py",
-        hyperparameters=hyperparameters, env={"AWS_SECRET_ACCESS_KEY": AWS_SECRET},
-        extra=["--start-delay", "algo-2=25", "--grace", "30"], timeout=300,
-    )  # fmt: skip
-    running.wait_for_line(r"waiting for algo-2 to join", timeout=120, host="algo-1")
-    impostor = f"{running.job_name}-impostor"
+def outsider(running, image: str, tmp_path, name: str, args: list[str], seconds: float) -> dict:
+    """attack.py in a container on the job's network, knowing a copy of the job's configuration files."""
+    known = tmp_path / f"known-{name}" / "input" / "config"
+    shutil.copytree(running.workdir / "algo-2" / "input" / "config", known)
+    container = f"{running.job_name}-{name}"
     try:
         output = DOCKER.run(
-            ["run", "--name", impostor, "--network", network_name(running.job_name), "--entrypoint", "python",
-             cpu_image, "-c", IMPOSTOR],
-            Deadline(90, "the impostor container to finish"),
+            ["run", "--pull", "never", "--name", container, "--network", network_name(running.job_name),
+             "--ulimit", "nofile=4096:4096", "--volume", f"{known.parent.parent}:/attacker/ml:ro",
+             "--volume", f"{ATTACKER}:/attack:ro", "--entrypoint", "python", image,
+             "/attack/attack.py", *args],
+            Deadline(seconds, f"the outsider {name} to finish"),
         )  # fmt: skip
     finally:
-        DOCKER.run(["rm", "--force", impostor], check=False)
-    result = running.wait()
+        DOCKER.run(["rm", "--force", container], check=False)
+    return json.loads(output.split("ATTACK ", 1)[1])
 
-    received = json.loads(output.split("IMPOSTOR ", 1)[1])
-    # On each connection: the challenge, then nothing (no welcome, no ssh client key, no ack).
-    assert [message["type"] for message in received] == ["challenge", "challenge"], received
+
+def start_job(tmp_path, image, name, **kwargs):
+    running = start_cluster(
+        tmp_path, image, 2, CASES / "credentials", name=name, program="train.py",
+        env={"AWS_SECRET_ACCESS_KEY": AWS_SECRET}, timeout=400, **kwargs,
+    )  # fmt: skip
+    running.wait_for_line(r"waiting for algo-2 to join", timeout=120, host="algo-1")
+    return running
+
+
+def assert_the_job_is_its_own(result) -> None:
     assert result.exit_code == 0, result.describe()
     assert set(result.exit_codes().values()) == {0}, result.describe()
     master_lines = "\n".join(result.host_lines("algo-1"))
-    assert 'claiming to be host "algo-2": it did not prove membership of this job' in master_lines
-    assert 'claiming to be host "algo-1"' in master_lines  # the forged rank report
-    assert (
-        "cancelled by the admin"
-        not in (result.failure("algo-1") or "") + master_lines.replace("claiming", "").split("refused")[0]
-    )
+    assert "cancelled by the admin" not in (result.failure("algo-1") or "") + master_lines
+    assert "Traceback" not in master_lines
     mpirun_line = next(line for line in result.host_lines("algo-1") if "mpirun command:" in line)
     assert "AWS_SECRET_ACCESS_KEY" not in mpirun_line and AWS_SECRET not in mpirun_line
-    recorded = files_by_host(result, "credentials-rank-*.json").values()
-    records = [json.loads(path.read_text()) for paths in recorded for path in paths]
+    records = [
+        json.loads(p.read_text())
+        for ps in files_by_host(result, "credentials-rank-*.json").values()
+        for p in ps
+    ]
     # Each rank has its own host's credentials (the real worker's came from that host, not over mpirun).
     assert sorted((record["rank"], record["host"], record["aws_secret"]) for record in records) == [
         (0, "algo-1", AWS_SECRET),
         (1, "algo-2", AWS_SECRET),
     ]
+
+
+def test_guesses_floods_and_malformed_messages_leave_the_job_its_own(tmp_path, cpu_image):
+    running = start_job(
+        tmp_path, cpu_image, "outsiders", hyperparameters=MPI,
+        extra=["--start-delay", "algo-2=40", "--grace", "30", "--ulimit", "nofile=1024:1024"],
+    )  # fmt: skip
+    flooded: dict = {}
+    flooding = threading.Thread(
+        target=lambda: flooded.update(
+            outsider(running, cpu_image, tmp_path, "flood", ["flood", "--seconds", str(FLOOD_SECONDS)], 300)
+        )
+    )
+    flooding.start()
+    names = ",".join(f"{running.job_name[:-1]}{n}x" for n in range(12))  # near misses, never the name
+    guessed = outsider(running, cpu_image, tmp_path, "guess", ["guess", "--names", names], 300)
+    flooding.join(320)
+    result = running.wait()
+
+    assert_the_job_is_its_own(result)
+    outcomes = guessed["join"] + guessed["report"]
+    assert "welcome" not in outcomes and "ack" not in outcomes, guessed
+    tested = outcomes.count("wrong")  # guesses the master answered: each tested one guess, online
+    assert 1 <= tested <= FAILURES_BEFORE_PAUSE * (1 + int(guessed["seconds"] // PAUSE_SECONDS)), guessed
+    assert outcomes.count("unheard") == len(outcomes) - tested, guessed
+    assert flooded["opened"] >= 1100, flooded
+    for probe in ("slow", "deep", "long"):  # the slow line would take 4 minutes; all cut at the deadline
+        assert flooded[probe] < HANDSHAKE_SECONDS + 5, flooded
+    master_lines = result.host_lines("algo-1")
+    refusals = [line for line in master_lines if "refused a coordinator connection from" in line]
+    assert 1 <= len(refusals) <= 2, refusals  # one line for each outsider's address, at most
+    assert any("the coordinator refused" in line and "connection(s)" in line for line in master_lines)
+    for host in ("algo-1", "algo-2"):
+        warnings = [line for line in result.host_lines(host) if "this 2-host job has no job secret" in line]
+        assert len(warnings) == 1, result.host_lines(host)[:40]
+
+
+def test_an_outsider_knowing_the_whole_description_but_not_the_channel_secret_is_refused(tmp_path, cpu_image):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "job-secret").write_bytes(b"b2f1c7e0 a secret the job's description does not show 93d4")
+    running = start_job(
+        tmp_path, cpu_image, "secret", hyperparameters={**MPI, CHANNEL_KEY: "secret"},
+        channels={"secret": secret}, extra=["--start-delay", "algo-2=15", "--grace", "30"],
+    )  # fmt: skip
+    guessed = outsider(running, cpu_image, tmp_path, "knows-all", ["guess", "--names", running.job_name], 120)
+    result = running.wait()
+
+    assert_the_job_is_its_own(result)
+    assert guessed["join"] == ["wrong"] and guessed["report"] == ["wrong"], guessed
+    assert not any("no job secret" in line for line in result.lines)

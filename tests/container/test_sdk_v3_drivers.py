@@ -5,10 +5,12 @@ internal network, resourceconfig.json naming the interface SDK v3 local mode nam
 - SourceCode alone: the image's launcher takes over from the SDK's script driver and distributes the job
   as the sagemaker_* hyperparameters ask: 4 ranks, identical weights.
 - SourceCode + distributed=MPI(): the SDK's MPI driver (its sshd, paramiko, ssh and mpirun) works with the
-  ssh keys this image derives for the job: 4 ranks, identical weights, whether the job asks for 2
-  processes per node (the image's mpirun runs 2 on each host) or for all 4 placed with --map-by; a launch
-  that still puts every rank on one host fails at once, saying what to do.
-- Those keys let the job's hosts in and no one else: a container holding another job's keys is refused.
+  ssh keys each host makes at random and the hosts exchange through the coordinator's handshake: 4 ranks,
+  identical weights, whether the job asks for 2 processes per node (the image's mpirun runs 2 on each
+  host) or for all 4 placed with --map-by; a launch that still puts every rank on one host fails at once,
+  saying what to do.
+- Those keys let the job's hosts in and no one else: an outsider that knows the job's description but not
+  its secret (a channel file) joins no exchange and logs in with no key derived from the description.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from cluster import CASES, write_regression_csv
 from conftest import TEST_LABEL, run_in_image
 from sagetrain.config.channels import Channel
 from sagetrain.config.job_files import JobFiles
+from sagetrain.config.job_secret import CHANNEL_KEY
 from sagetrain.deadline import Deadline
 from sagetrain.sdk.mpirun import CORRECTED
 from sdk_v3_package import SdkDrivers, fetch_sdk_drivers
@@ -39,16 +42,19 @@ def sdk(tmp_path_factory) -> SdkDrivers:
 
 
 def write_host(
-    root: Path, host: str, sdk: SdkDrivers, mpi: bool, hyperparameters: dict, distributed: dict
-) -> None:
-    """One host's /opt/ml tree as SDK v3 local mode writes it for ModelTrainer(source_code=…)."""
+    root: Path, host: str, sdk: SdkDrivers, mpi: bool, hyperparameters: dict, distributed: dict,
+    secret: bytes | None = None,
+) -> None:  # fmt: skip
+    """One host's /opt/ml tree as SDK v3 local mode writes it for ModelTrainer(source_code=…); with
+    ``secret``, a channel ``secret`` holding it in a file."""
+    channels = (Channel("train"), Channel("code"), Channel("sm_drivers"))
     JobFiles(
-        HOSTS,
-        hyperparameters,
-        channels=(Channel("train"), Channel("code"), Channel("sm_drivers")),
+        HOSTS, hyperparameters, channels=(*channels, Channel("secret")) if secret else channels,
         network_interface="ethwe",
-    ).write(root, host)
+    ).write(root, host)  # fmt: skip
     data = root / "input" / "data"
+    if secret:
+        (data / "secret" / "job-secret").write_bytes(secret)
     shutil.copytree(sdk.drivers, data / "sm_drivers", dirs_exist_ok=True)
     (data / "sm_drivers" / "sm_train.sh").write_text(sdk.train_script(mpi))
     source_code = {"source_dir": "src", "entry_script": "train.py", "command": None, "requirements": None}
@@ -141,7 +147,7 @@ def test_source_code_alone_runs_the_image_launcher_which_distributes_as_the_hype
     assert_four_ranks_on_two_hosts_with_identical_weights(tmp_path, results)
 
 
-def test_the_sdk_mpi_driver_trains_across_hosts_with_keys_derived_for_the_job(
+def test_the_sdk_mpi_driver_trains_across_hosts_with_the_keys_its_hosts_made(
     cpu_image, docker_client, internal_network, tmp_path, sdk
 ):
     """The README's explicit form: every rank asked for, placed 2 per host with --map-by; the image's
@@ -187,59 +193,81 @@ def test_ranks_a_job_still_puts_on_one_host_of_several_fail_at_once_saying_what_
     assert not list((tmp_path / "algo-1" / "output" / "data").glob("identity-rank-*.json"))
 
 
-PREPARE = "import os; from sagetrain.sdk import ssh; ssh.prepare_for_mpi_driver(os.environ)"
-SSHD_START_SECONDS = 120
+EXCHANGE = "import os; from sagetrain.sdk import ssh; ssh.prepare_for_mpi_driver(os.environ)"
+SECRET = b"3a9e41c0 the job's secret, in a channel file 7f02"
+CONTAINER_SECONDS = 180
 
 
-def wait_for_sshd(docker_client, container: str) -> None:
-    """Until the container's sshd says it listens (its log, followed as it is written)."""
-    deadline = Deadline(SSHD_START_SECONDS, f"sshd in {container} to listen")
+def start_container(docker_client, image, network, name, host, tree: Path, script: str) -> None:
+    args = ["run", "--detach", "--pull", "never", "--name", name, "--label", f"{TEST_LABEL}=1"]
+    args += ["--network", network, "--network-alias", host, "--env", "TRAINING_JOB_NAME=job-a"]
+    args += ["--volume", f"{tree / 'input'}:/opt/ml/input", "--entrypoint", "bash", image, "-c", script]
+    docker_client.run(args)
+
+
+def wait_for_line(docker_client, container: str, text: bytes) -> None:
+    """Until the container's log has ``text`` (followed as it is written)."""
+    deadline = Deadline(CONTAINER_SECONDS, f"{container} to say {text.decode()!r}")
     with docker_client.start(["logs", "--follow", container], deadline) as follower:
         for line in follower.stdout:
-            if b"Server listening on" in line:
+            if text in line:
                 return
-    pytest.fail(f"sshd in {container} ended or did not listen within {SSHD_START_SECONDS} s")
+    pytest.fail(
+        f"{container} ended without saying {text.decode()!r}: {docker_client.logs(container)[-3000:]}"
+    )
 
 
-def test_only_a_host_holding_the_job_keys_logs_in(cpu_image, docker_client, internal_network, tmp_path, sdk):
-    """algo-2 runs the system sshd as the SDK's driver starts it; a member of the job logs in, a container
-    that derived the keys of another job (same files, other job name) and one with no key are refused."""
+def outsider(docker_client, image, network, tree: Path, args: list[str]) -> dict:
+    """cases/attacker/attack.py, knowing the job's configuration files (not its channels' data)."""
+    result = run_in_image(
+        docker_client, image, ["/attack/attack.py", *args], timeout_s=CONTAINER_SECONDS,
+        volumes={str(tree / "input" / "config"): {"bind": "/attacker/ml/input/config", "mode": "ro"},
+                 str(CASES / "attacker"): {"bind": "/attack", "mode": "ro"}},
+        network=network, entrypoint=["python"],
+    )  # fmt: skip
+    assert "ATTACK " in result.output, result.output
+    return json.loads(result.output.split("ATTACK ", 1)[1])
+
+
+def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
+    cpu_image, docker_client, internal_network, tmp_path, sdk
+):
+    """The job's secret is a channel file. algo-1 and algo-2 make their keys and exchange them as before
+    the SDK's MPI driver; algo-2 then runs the system sshd, algo-1 logs in to it. An outsider that knows
+    the job's whole description, its name included, but not the secret, tries first: it neither joins the
+    exchange as algo-2 nor logs in with a key derived from the description."""
+    hyperparameters = {"epochs": 2, CHANNEL_KEY: "secret"}
     for host in HOSTS:
-        write_host(tmp_path / host, host, sdk, True, {"epochs": 2}, {})
-    server = f"sagetrain-test-sshd-{uuid.uuid4().hex[:8]}"
-    args = ["run", "--detach", "--pull", "never", "--name", server, "--label", f"{TEST_LABEL}=1"]
-    args += ["--network", internal_network, "--network-alias", "algo-2", "--env", "TRAINING_JOB_NAME=job-a"]
-    args += ["--volume", f"{tmp_path / 'algo-2' / 'input'}:/opt/ml/input", "--entrypoint", "bash", cpu_image]
-    docker_client.run([*args, "-c", f'python -c "{PREPARE}" && exec /usr/sbin/sshd -D -e'])
+        write_host(tmp_path / host, host, sdk, True, hyperparameters, {}, secret=SECRET)
+    names = {host: f"sagetrain-test-ssh-{uuid.uuid4().hex[:8]}-{host}" for host in HOSTS}
+    login = "ssh -o BatchMode=yes -o ConnectionAttempts=60 algo-2 echo logged-in-as-member"
     try:
-        wait_for_sshd(docker_client, server)
-
-        def login(job_name: str, prepare: bool) -> tuple[int, str]:
-            # A member checks algo-2's host key against its known_hosts; the others accept any host key,
-            # so what refuses them is the login itself.
-            options = "-o BatchMode=yes -o ConnectTimeout=5"
-            if job_name != "job-a" or not prepare:
-                options += " -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
-            script = (f'python -c "{PREPARE}" && ' if prepare else "") + (
-                f"ssh {options} algo-2 echo logged-in-as-member"
-            )
-            result = run_in_image(
-                docker_client,
-                cpu_image,
-                ["-c", script],
-                timeout_s=120,
-                volumes={str(tmp_path / "algo-1" / "input"): {"bind": "/opt/ml/input"}},
-                environment={"TRAINING_JOB_NAME": job_name},
-                network=internal_network,
-                entrypoint=["bash"],
-            )
-            return result.exit_code, result.output
-
-        member = login("job-a", prepare=True)
-        assert member[0] == 0 and "logged-in-as-member" in member[1], member[1]
-        for job_name, prepare in (("job-b", True), ("job-a", False)):
-            code, output = login(job_name, prepare)
-            assert code == 255 and "Permission denied (publickey)" in output, output
-            assert "logged-in-as-member" not in output, output
+        start_container(
+            docker_client, cpu_image, internal_network, names["algo-1"], "algo-1", tmp_path / "algo-1",
+            f'python -c "{EXCHANGE}" && {login}',
+        )  # fmt: skip
+        wait_for_line(docker_client, names["algo-1"], b"waiting for algo-2 to send its ssh keys")
+        knows_all = ["guess", "--names", "job-a"]  # the job's name too
+        guessed = outsider(docker_client, cpu_image, internal_network, tmp_path / "algo-2", knows_all)
+        assert guessed["join"] == ["wrong"], guessed
+        start_container(
+            docker_client, cpu_image, internal_network, names["algo-2"], "algo-2", tmp_path / "algo-2",
+            f'python -c "{EXCHANGE}" && exec /usr/sbin/sshd -D -e',
+        )  # fmt: skip
+        code = int(
+            docker_client.run(["wait", names["algo-1"]], Deadline(CONTAINER_SECONDS, "algo-1's login"))
+        )
+        logs = {host: docker_client.logs(name) for host, name in names.items()}
+        assert code == 0 and "logged-in-as-member" in logs["algo-1"], logs
+        attempt = outsider(
+            docker_client, cpu_image, internal_network, tmp_path / "algo-2", ["ssh", "--names", "job-a"]
+        )
+        assert attempt["login_exit"] == 255, attempt
+        assert "Permission denied (publickey)" in attempt["login_output"], attempt
+        known = docker_client.run(["exec", names["algo-2"], "cat", "/root/.ssh/known_hosts"])
+        assert attempt["host_key"] and attempt["host_key"] in known  # what it sees is the host's own key
+        assert "WARNING" not in logs["algo-1"] + logs["algo-2"]
+        assert SECRET.decode() not in logs["algo-1"] + logs["algo-2"]
     finally:
-        docker_client.run(["rm", "--force", server], check=False)
+        for name in names.values():
+            docker_client.run(["rm", "--force", name], check=False)

@@ -2,7 +2,8 @@
 (sdk_local_mode.py: the real SDK, no AWS account, no network beyond the local Docker engine). Each case
 asserts 4 ranks (or 2 workers) spread over both hosts and identical weights:
 
-- `SourceCode` + `distributed=MPI()`: the SDK's MPI driver, with the ssh keys the image derives per job;
+- `SourceCode` + `distributed=MPI()`: the SDK's MPI driver, with the ssh keys each host makes and the
+  hosts exchange, the job's secret in a channel file;
 - `SourceCode` alone: the image's launcher takes over from the SDK's script driver and distributes as
   the sagemaker_* hyperparameters ask, Horovod and MultiWorkerMirroredStrategy (Keras 3 `fit`);
 - no `SourceCode`: `sagemaker_program` and `sagemaker_submit_directory` as hyperparameters;
@@ -19,6 +20,7 @@ import pytest
 from cluster import CASES, write_regression_csv
 from harness import assert_workers_identical, code_with_harness, harness_env
 from localcluster.dockercli import DockerCli
+from sagetrain.config.job_secret import CHANNEL_KEY
 from sdk_local_mode import (
     SDK_V3,
     SdkRun,
@@ -37,6 +39,7 @@ JOB_SECONDS = 600
 # SDK v3's folder for the SourceCode's source_dir inside the container (the channel `code`).
 CODE_IN_CONTAINER = "/opt/ml/input/data/code"
 MPI_HYPERPARAMETERS = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2}
+SECRET = b"5c1d7e22 the job's secret, in a channel file a04b"
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,10 @@ def project(docker_client: DockerCli) -> Iterator[str]:
         yield name
 
 
-def new_job(tmp_path: Path, image: str, **fields) -> TrainerJob:
+def new_job(tmp_path: Path, image: str, extra_channels: dict[str, str] | None = None, **fields) -> TrainerJob:
     root = tmp_path / "root"
     root.mkdir()
-    channels = {"train": str(write_regression_csv(tmp_path / "train", rows=256))}
+    channels = {"train": str(write_regression_csv(tmp_path / "train", rows=256)), **(extra_channels or {})}
     return TrainerJob(image=image, root=str(root), name="sdk3-trainer", channels=channels, **fields)
 
 
@@ -91,16 +94,25 @@ def train(sdk: Path, project: str, tmp_path: Path, job: TrainerJob) -> SdkRun:
 
 
 def test_source_code_with_the_sdk_mpi_driver_trains_on_both_hosts(tmp_path, cpu_image, sdk, project):
+    """With the job's secret given as the README recommends (a file in a channel the hyperparameter
+    names): the script, which takes only the arguments it knows, runs on every rank, and the secret is
+    on no line of the job's output."""
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "job-secret").write_bytes(SECRET)
     job = new_job(
         tmp_path, cpu_image,
         source_code={"source_dir": str(CASES / "hvd_script"), "entry_script": "train.py"},
         mpi={"process_count_per_node": 4, "mpi_additional_options": ["--map-by", "ppr:2:node"]},
-        hyperparameters={"epochs": 2},
+        hyperparameters={"epochs": 2, CHANNEL_KEY: "secret"}, extra_channels={"secret": str(secret)},
     )  # fmt: skip
     run = train(sdk, project, tmp_path, job)
     assert run.exit_code == 0 and "Running MPI Driver" in run.output, run.describe()
     assert_four_ranks_on_algo_1_and_algo_2(job)
     assert (job.model / "model.keras").is_file(), run.describe()
+    assert f"--{CHANNEL_KEY}" not in run.output  # not on the script's command line, which the driver logs
+    assert SECRET.decode() not in run.output
+    assert "no job secret" not in run.output
 
 
 def test_source_code_alone_is_distributed_by_the_image_launcher(tmp_path, cpu_image, sdk, project):

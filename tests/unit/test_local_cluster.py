@@ -260,7 +260,9 @@ def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
         image="img:cpu",
         hosts=("algo-1", "algo-2"),
         job_name="job-7",
-        limits=ContainerLimits(gpus="all", cpus="1.5", memory="4g", shm_size="2g"),
+        limits=ContainerLimits(
+            gpus="all", cpus="1.5", memory="4g", shm_size="2g", ulimits=("nofile=1024:1024",)
+        ),
         env=(("A", "1"),),
         checkpoints=tmp_path / "ckpt",
     )
@@ -279,6 +281,7 @@ def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
         ("--cpus", "1.5"),
         ("--memory", "4g"),
         ("--shm-size", "2g"),
+        ("--ulimit", "nofile=1024:1024"),
         ("--env", "A=1"),
     ]:
         assert pair in pairs
@@ -291,7 +294,11 @@ def test_container_args_give_sagemaker_names_and_mount_the_host_tree(tmp_path):
 def test_container_args_without_limits_pass_no_limit_flags(tmp_path):
     spec = RunSpec(image="img", hosts=("algo-1",), job_name="j", limits=ContainerLimits(shm_size=None))
     args = container_create_args(spec, "algo-1", tmp_path)
-    assert not {"--gpus", "--cpus", "--memory", "--shm-size", "--env"} & set(args)
+    assert not {"--gpus", "--cpus", "--memory", "--shm-size", "--ulimit"} & set(args)
+    # The one variable every host gets, as SageMaker sets it.
+    assert [pair for pair in itertools.pairwise(args) if pair[0] == "--env"] == [
+        ("--env", "TRAINING_JOB_NAME=j")
+    ]
 
 
 def test_network_is_internal_and_labelled():

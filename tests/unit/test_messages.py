@@ -7,15 +7,18 @@ import pytest
 from sagetrain.launch.messages import (
     KIND_FIELD,
     Ack,
-    Challenge,
     Hello,
     JobVerdict,
     Kind,
     Outcome,
+    PakeProof,
+    PakeReply,
+    PakeStart,
     RankFailed,
     RankStarted,
     Ready,
     Reject,
+    SshTrust,
     Welcome,
     decode,
     encode,
@@ -23,8 +26,10 @@ from sagetrain.launch.messages import (
 from sagetrain.report.verdict import RankFailure, Verdict
 
 EVERY_KIND = [
-    Challenge("ab" * 16),
-    Hello(("algo-1", "algo-2"), "ssh-ed25519 AAAA host"),
+    PakeStart("algo-2", "QUJD"),
+    PakeReply("REVG", "ab" * 32),
+    PakeProof("cd" * 32),
+    Hello(("algo-1", "algo-2"), "ssh-ed25519 AAAA host", "ssh-ed25519 AAAA client"),
     Welcome("ssh-ed25519 AAAA client"),
     Reject("host algo-3 joined twice"),
     Ready(),
@@ -32,6 +37,7 @@ EVERY_KIND = [
     JobVerdict(Verdict(0)),
     RankStarted(3),
     RankFailed(RankFailure(3, "algo-2", 137, "train.py", "", "", ("killed",))),
+    SshTrust("algo-1 ssh-ed25519 AAAA\n", "ssh-ed25519 AAAA client\n"),
     Ack(),
 ]
 
@@ -53,8 +59,10 @@ def test_each_message_round_trips_through_json(message):
         {},
         {KIND_FIELD: "shutdown"},
         {KIND_FIELD: ["hello"]},
-        {KIND_FIELD: "challenge"},  # no nonce
-        {KIND_FIELD: "challenge", "nonce": 7},
+        {KIND_FIELD: "pake_start", "host": "algo-2"},  # no SPAKE2 message
+        {KIND_FIELD: "pake_start", "host": 7, "pake": "QUJD"},
+        {KIND_FIELD: "pake_reply", "pake": "QUJD", "proof": None},
+        {KIND_FIELD: "ssh_trust", "known_hosts": ["algo-1"], "authorized_keys": ""},
         {KIND_FIELD: "hello", "job_hosts": "algo-1"},
         {KIND_FIELD: "hello", "job_hosts": ["algo-1", 2]},
         {KIND_FIELD: "rank_started", "rank": "0"},
@@ -71,5 +79,5 @@ def test_what_is_not_one_of_the_messages_decodes_to_nothing(fields):
 
 
 def test_fields_a_message_does_not_have_are_ignored():
-    # A peer's first message also carries the handshake's own fields (host, nonce, mac).
-    assert decode({KIND_FIELD: "rank_started", "rank": 1, "host": "algo-2", "nonce": "n"}) == RankStarted(1)
+    # A message on a secured connection also carries its MAC.
+    assert decode({KIND_FIELD: "rank_started", "rank": 1, "mac": "00"}) == RankStarted(1)

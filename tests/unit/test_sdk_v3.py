@@ -2,11 +2,14 @@
 sourcecode.json names, the ssh keys and files made for its MPI driver, and what becomes of a
 SourceCode(command=...)."""
 
+import dataclasses
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,9 +18,20 @@ from sagetrain import contracts
 from sagetrain.config.channels import Channel
 from sagetrain.config.job import load_job_config
 from sagetrain.config.job_files import JobFiles
-from sagetrain.launch.membership import SECRET_VAR, Membership
+from sagetrain.config.job_secret import SECRET_VAR
+from sagetrain.deadline import Deadline
+from sagetrain.errors import PlatformError
+from sagetrain.launch.membership import Membership
 from sagetrain.launch.sshd import SshFiles
-from sagetrain.sdk.ssh import JobSshKeys, prepare_for_mpi_driver, write_ssh_files
+from sagetrain.sdk.ssh import (
+    HostSshKeys,
+    KeyExchange,
+    exchange_keys,
+    prepare_for_mpi_driver,
+    public_key_problem,
+    trust_of,
+    write_trust,
+)
 from sagetrain.sdk.v3 import (
     DISTRIBUTED_CONFIG_VAR,
     HANDED_OVER_VAR,
@@ -31,6 +45,7 @@ from sagetrain.sdk.v3 import (
     may_run_sdk_command,
     read_source_code,
     recognise,
+    withhold_our_settings,
 )
 
 DRIVERS = "/opt/ml/input/data/sm_drivers/distributed_drivers"
@@ -118,54 +133,97 @@ def test_an_entry_script_without_source_dir_keeps_the_default_code_folder(tmp_pa
     assert (settings.program, settings.submit_directory) == ("train.py", None)
 
 
-def keys_of(job_key: bytes) -> JobSshKeys:
-    return JobSshKeys.of(Membership(job_key))
+def generated(tmp_path: Path, name: str) -> tuple[HostSshKeys, SshFiles]:
+    layout = SshFiles.system(tmp_path / name / "etc", tmp_path / name / "home/.ssh")
+    return HostSshKeys.generate(layout), layout
 
 
-def raw_private(openssh: str) -> bytes:
-    """The key itself (an OpenSSH key file also holds a random check number, different at every write)."""
-    key = serialization.load_ssh_private_key(openssh.encode(), password=None)
-    return key.private_bytes(
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
-    )
+def test_each_host_makes_random_keys_whose_halves_match(tmp_path):
+    keys, layout = generated(tmp_path, "a")
+    again, _ = generated(tmp_path, "b")
+    assert len({keys.host, keys.client, again.host, again.client}) == 4
+    for line, private_file in ((keys.host, layout.host_key), (keys.client, layout.client_key)):
+        assert public_key_problem(line) is None
+        private = serialization.load_ssh_private_key(private_file.read_bytes(), password=None)
+        public = private.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+        assert line.split()[:2] == public.decode().split()
+        assert stat.S_IMODE(private_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(layout.client_key.parent.stat().st_mode) == 0o700
 
 
-def test_the_job_keys_are_the_same_for_the_same_job_and_differ_between_jobs():
-    first, again = keys_of(b"a" * 32), keys_of(b"a" * 32)
-    assert first.host.public_line == again.host.public_line
-    assert raw_private(first.client.private_openssh) == raw_private(again.client.private_openssh)
-    assert keys_of(b"a" * 32).client.public_line != keys_of(b"b" * 32).client.public_line
-    assert keys_of(b"a" * 32).host.public_line != keys_of(b"a" * 32).client.public_line
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ host",
+        'command="sh" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK7ZbY1Gq1sQ0vYQx8ZbYy1Gq1sQ0vYQx8ZbYy1Gq1sQ x',
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK7ZbY1Gq1sQ0vYQx8ZbYy1Gq1sQ0vYQx8ZbYy1Gq1sQ x\nssh-rsa AAAA",
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK7ZbY1Gq1sQ0vYQx8ZbYy1Gq1sQ0vYQx8ZbYy1Gq1sQ host two",
+    ],
+)
+def test_a_peer_key_that_is_not_one_plain_ed25519_line_is_refused(line):
+    assert public_key_problem(line) is not None
 
 
-def test_a_job_key_pair_is_an_openssh_ed25519_pair_whose_halves_match():
-    pair = keys_of(b"k" * 32).client
-    private = serialization.load_ssh_private_key(pair.private_openssh.encode(), password=None)
-    public = private.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
-    assert pair.public_line.startswith("ssh-ed25519 ")
-    assert pair.public_line.split()[:2] == public.decode().split()
-    assert "PRIVATE" not in repr(pair)
-
-
-def test_the_ssh_files_admit_the_job_client_key_alone_and_know_the_job_hosts_alone(tmp_path):
-    layout = SshFiles.system(tmp_path / "etc", tmp_path / "home/.ssh")
-    keys = keys_of(b"k" * 32)
-    (tmp_path / "home/.ssh").mkdir(parents=True)
+def test_the_trust_lists_each_host_with_its_own_host_key_and_admits_every_client_key(tmp_path):
+    one, _ = generated(tmp_path, "one")
+    two, layout = generated(tmp_path, "two")
+    trust = trust_of({"algo-2": two, "algo-1": one})
+    assert trust.known_hosts.splitlines() == [
+        f"algo-1 {' '.join(one.host.split()[:2])}",
+        f"algo-2 {' '.join(two.host.split()[:2])}",
+    ]
+    assert trust.authorized_keys.splitlines() == [one.client, two.client]
     layout.authorized_keys.write_text("ssh-ed25519 AAAAother someone-else\n")
-    write_ssh_files(keys, ("algo-1", "algo-2"), layout)
-    assert layout.authorized_keys.read_text() == keys.client.public_line + "\n"
-    assert layout.known_hosts.read_text() == f"algo-1,algo-2 {' '.join(keys.host.public_line.split()[:2])}\n"
-    assert layout.client_key.read_text() == keys.client.private_openssh
-    assert layout.host_key.read_text() == keys.host.private_openssh
+    write_trust(trust, layout)
+    assert layout.authorized_keys.read_text() == trust.authorized_keys
+    assert layout.known_hosts.read_text() == trust.known_hosts
     drop_in = layout.sshd_config.read_text().splitlines()
     assert f"HostKey {layout.host_key}" in drop_in
     assert "PasswordAuthentication no" in drop_in
     assert f"AuthorizedKeysFile {layout.authorized_keys}" in drop_in
-    for private in (layout.host_key, layout.client_key, layout.authorized_keys):
+    for private in (layout.authorized_keys, layout.known_hosts):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
-    assert stat.S_IMODE(layout.client_key.parent.stat().st_mode) == 0o700
+
+
+def exchange(host: str, membership: Membership, port: int) -> KeyExchange:
+    # The master's name must resolve here: the loopback address is the master, "localhost" the worker.
+    hosts = ("127.0.0.1", "localhost")
+    return KeyExchange(hosts, "127.0.0.1", host, port, membership, Deadline(20, "the other host"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_hosts_exchange_their_keys_through_the_coordinator_and_trust_the_same_set(tmp_path):
+    port, job = free_port(), Membership(b"j" * 32)
+    master_keys, _ = generated(tmp_path, "master")
+    worker_keys, _ = generated(tmp_path, "worker")
+    with ThreadPoolExecutor(2) as pool:
+        on_master = pool.submit(exchange_keys, exchange("127.0.0.1", job, port), master_keys)
+        on_worker = pool.submit(exchange_keys, exchange("localhost", job, port), worker_keys)
+        trusts = on_master.result(30), on_worker.result(30)
+    assert trusts[0] == trusts[1] == trust_of({"127.0.0.1": master_keys, "localhost": worker_keys})
+
+
+def test_a_worker_without_the_jobs_key_gets_no_keys_and_the_master_trusts_none_of_its(tmp_path):
+    port = free_port()
+    master_keys, _ = generated(tmp_path, "master")
+    rogue_keys, _ = generated(tmp_path, "rogue")
+    master_exchange = dataclasses.replace(exchange("127.0.0.1", Membership(b"j" * 32), port))
+    master_exchange = dataclasses.replace(master_exchange, deadline=Deadline(3, "the worker"))
+    with ThreadPoolExecutor(2) as pool:
+        on_master = pool.submit(exchange_keys, master_exchange, master_keys)
+        on_rogue = pool.submit(exchange_keys, exchange("localhost", Membership(b"r" * 32), port), rogue_keys)
+        with pytest.raises(PlatformError, match="did not accept this host's proof of membership"):
+            on_rogue.result(30)
+        with pytest.raises(PlatformError, match="timed out after 3 s waiting for the worker"):
+            on_master.result(30)
 
 
 def prepared(root: Path, environ: dict) -> SshFiles:
@@ -174,24 +232,43 @@ def prepared(root: Path, environ: dict) -> SshFiles:
     return layout
 
 
-def test_every_host_of_a_job_derives_the_same_keys_and_another_job_does_not(tmp_path, monkeypatch):
+def test_on_one_host_the_driver_gets_its_own_random_keys_and_no_warning(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sagetrain.sdk.ssh.PRIVILEGE_SEPARATION_DIR", tmp_path / "run-sshd")
-    job = {"TRAINING_JOB_NAME": "job-1"}
-    one = prepared(write_job(tmp_path / "a1", "algo-1", {"epochs": 2}, SOURCE_CODE), job)
-    two = prepared(write_job(tmp_path / "a2", "algo-2", {"epochs": 2}, SOURCE_CODE), job)
-    other = prepared(
-        write_job(tmp_path / "b1", "algo-1", {"epochs": 2}, SOURCE_CODE), {"TRAINING_JOB_NAME": "job-2"}
+    root = tmp_path / "a"
+    JobFiles(("algo-1",), {"epochs": 2}, channels=(Channel("code"), Channel("sm_drivers"))).write(
+        root, "algo-1"
     )
-    secret = prepared(
-        write_job(tmp_path / "c1", "algo-1", {"epochs": 2}, SOURCE_CODE),
-        {**job, SECRET_VAR: "s3cr3t!"},
-    )
-    assert raw_private(one.client_key.read_text()) == raw_private(two.client_key.read_text())
-    assert raw_private(one.host_key.read_text()) == raw_private(two.host_key.read_text())
-    assert one.known_hosts.read_text() == two.known_hosts.read_text()
-    for different in (other, secret):
-        assert raw_private(different.client_key.read_text()) != raw_private(one.client_key.read_text())
-        assert different.authorized_keys.read_text() != one.authorized_keys.read_text()
+    first = prepared(root, {})
+    host_key = first.host_key.read_bytes()
+    assert first.authorized_keys.read_text() == first.client_key.with_suffix(".pub").read_text()
+    assert first.known_hosts.read_text().startswith("algo-1 ssh-ed25519 ")
+    assert prepared(root, {}).host_key.read_bytes() != host_key  # made anew for each job
+    assert "WARNING" not in capsys.readouterr().err
+
+
+def test_the_driver_environment_loses_our_settings_and_the_secret_and_keeps_the_rest():
+    hyperparameters = {"epochs": 2, "sagetrain_job_secret": "s3cr3t'\"x", "sagetrain_legacy_keras": True}
+    environ = {
+        "SM_HPS": json.dumps(hyperparameters),
+        "SM_HP_EPOCHS": "2",
+        "SM_HP_SAGETRAIN_JOB_SECRET": "s3cr3t'\"x",
+        "SM_HP_SAGETRAIN_LEGACY_KERAS": "true",
+        "SM_TRAINING_ENV": json.dumps({"hyperparameters": hyperparameters, "current_host": "algo-1"}),
+        SECRET_VAR: "another",
+        "PATH": "/usr/bin",
+    }
+    kept = dict(environ)
+    withhold_our_settings(kept, secret_too=False)
+    assert kept[SECRET_VAR] == "another"
+    withhold_our_settings(environ, secret_too=True)
+    assert json.loads(environ["SM_HPS"]) == {"epochs": 2}
+    assert json.loads(environ["SM_TRAINING_ENV"]) == {
+        "hyperparameters": {"epochs": 2},
+        "current_host": "algo-1",
+    }
+    assert {name for name in environ if name.startswith("SM_HP_")} == {"SM_HP_EPOCHS"}
+    assert SECRET_VAR not in environ and environ["PATH"] == "/usr/bin"
+    assert "s3cr3t" not in json.dumps(environ) and "another" not in json.dumps(environ)
 
 
 def mpi_rank(size: int, local_size: int, hosts: int, **extra: str) -> dict[str, str]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from sagetrain.config.devices import Devices, driver_warnings
+from sagetrain.config.job_secret import JobSecret, missing_secret_warning
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.errors import ExitCode, PlatformError, SagetrainError
 from sagetrain.launch.process import exit_now
@@ -28,7 +29,7 @@ from sagetrain.report.job_end import JobEnd
 log = logging.getLogger("sagetrain")
 
 
-def log_plan(plan: Plan, devices: Devices) -> None:
+def log_plan(plan: Plan, devices: Devices, secret: JobSecret) -> None:
     log.info(
         "plan: engine=%s hosts=%s master=%s role=%s processes/host=%d total=%d (%s)",
         plan.engine.value,
@@ -41,6 +42,9 @@ def log_plan(plan: Plan, devices: Devices) -> None:
     )
     for warning in driver_warnings(devices, uses_horovod=plan.engine.entry.loads_horovod):
         log.warning("%s", warning)
+    no_secret = missing_secret_warning(len(plan.hosts), secret)
+    if no_secret is not None:
+        log.warning("%s", no_secret)
 
 
 def run_job(environ: Mapping[str, str], end: JobEnd) -> Verdict:
@@ -49,7 +53,7 @@ def run_job(environ: Mapping[str, str], end: JobEnd) -> Verdict:
     from sagetrain.launch import execute
 
     job = prepare_job(environ, Preparation.RUN, learn_secrets=end.learn_secrets)
-    log_plan(job.plan, job.devices)
+    log_plan(job.plan, job.devices, job.secret)
     return execute(launch_spec(job, environ, Preparation.RUN), end.report)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from sagetrain import legacy_keras
 from sagetrain.config.devices import Devices, detect_devices
 from sagetrain.config.job import JobConfig, load_job_config
+from sagetrain.config.job_secret import JobSecret, read_job_secret
 from sagetrain.config.paths import root_from_environ
 from sagetrain.errors import SagetrainError
 from sagetrain.launch.spec import JobSpec, build_spec
@@ -39,6 +40,7 @@ class PreparedJob:
     config: JobConfig
     devices: Devices  # as planned: detected, or as the dry run was told
     plan: Plan
+    secret: JobSecret  # as this host was given it (a dry run without the channel's folder: without that file)
     redactor: Redactor  # the job's secret values, for every line this host writes
 
 
@@ -57,7 +59,9 @@ def prepare_job(
     config = load_job_config(
         root or root_from_environ(environ), check_channels=preparation is Preparation.RUN
     )
+    secret = read_job_secret(config, environ, required=preparation is Preparation.RUN)
     redactor = Redactor.for_job(config.hyperparameters, config.settings.custom_mpi_options, environ)
+    redactor = Redactor.of((*redactor.secrets, *secret.texts()))
     learn_secrets(redactor)
     detected = detect_devices(environ)
     devices = dataclasses.replace(
@@ -67,7 +71,7 @@ def prepare_job(
         config.resources, config.settings, devices.gpus, devices.cpus,
         legacy_keras_env=legacy_keras.checked_request(environ),
     )  # fmt: skip
-    return PreparedJob(config, devices, plan, redactor)
+    return PreparedJob(config, devices, plan, secret, redactor)
 
 
 def launch_spec(
@@ -84,7 +88,7 @@ def launch_spec(
     else:
         program, interface = described_program(job.config), job.plan.interface
     return build_spec(
-        job.config, job.plan, program, environ, interface, gpus=job.devices.gpus, cpus=cpus,
+        job.config, job.plan, program, environ, interface, job.secret, gpus=job.devices.gpus, cpus=cpus,
         dry_run=preparation is Preparation.DESCRIBE,
     )  # fmt: skip
 

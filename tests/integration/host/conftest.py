@@ -19,6 +19,7 @@ import pytest
 from sagetrain.config.channels import Channel
 from sagetrain.config.job import load_job_config
 from sagetrain.config.job_files import JobFiles
+from sagetrain.config.job_secret import read_job_secret
 from sagetrain.launch.membership import Membership
 
 REPO = Path(__file__).resolve().parents[3]
@@ -65,7 +66,8 @@ class JobTree:
 
     def host_key(self, host: str) -> bytes:
         """What ``host`` proves membership of this tree's job with, as the entry derives it."""
-        return Membership.of_job(load_job_config(self.root, check_channels=False), {}).host_key(host)
+        config = load_job_config(self.root, check_channels=False)
+        return Membership.of_job(config, {}, read_job_secret(config, {})).host_key(host)
 
     def write_code(self, name: str, text: str) -> Path:
         path = self.root / "code" / name

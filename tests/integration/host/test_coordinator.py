@@ -4,6 +4,7 @@ cannot prove membership of the job."""
 import pytest
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError, UserError
+from sagetrain.launch.admission import PAUSE_SECONDS, Admission
 from sagetrain.launch.coordination import wait_for_hosts
 from sagetrain.launch.coordinator import (
     CoordinatorClient,
@@ -32,8 +33,23 @@ def expect(events, kind, state=None):
     return event
 
 
+class Clock:
+    """The admission's clock, moved by the test."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
 @pytest.fixture
-def master():
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def master(clock):
     events = EventQueue()
     server = CoordinatorServer(
         events,
@@ -42,6 +58,7 @@ def master():
         host_keys=KEYS,
         bind_address="127.0.0.1",
         rank_host=lambda rank: "algo-2" if rank in (1, 5) else "algo-1",
+        admission=Admission(clock=clock),
     )
     port = server.start()
     yield events, server, port
@@ -142,7 +159,7 @@ def test_a_worker_with_another_host_list_fails_both_sides_at_once_naming_the_lis
         server.close()
 
 
-def test_a_peer_without_the_jobs_key_can_neither_join_nor_report_nor_end_the_job(master):
+def test_a_peer_without_the_jobs_key_can_neither_join_nor_report_nor_end_the_job(master, clock):
     events, _, port = master
     rogue = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", ROGUE.host_key("algo-2"))
     with pytest.raises(PlatformError, match="did not accept this host's proof of membership"):
@@ -151,7 +168,8 @@ def test_a_peer_without_the_jobs_key_can_neither_join_nor_report_nor_end_the_job
     assert not send_rank_failure(("127.0.0.1", port), ROGUE.host_key("algo-2"), failure, seconds=1)
     assert not send_rank_started(("127.0.0.1", port), ROGUE.host_key("algo-2"), 1, "algo-2", seconds=1)
     assert events.get(Deadline(0.5, "nothing from the rogue")) is None
-    # The real worker still joins after the impostor.
+    # The real worker still joins after the impostor (here from the same address: once its pause is over).
+    clock.now += PAUSE_SECONDS
     real = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
     real.join(Hello(ssh_host_key="question 2"), Deadline(10, "the master"))
     assert expect(events, HostChanged, HostState.JOINED).hello.ssh_host_key == "question 2"

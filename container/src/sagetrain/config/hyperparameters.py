@@ -236,9 +236,10 @@ class LaunchSettings:
     launch_wait_seconds: float = 300.0  # mpirun: from its start until every rank has started
     tf_config_port: int = 2222
     ps_port: int = 2223
-    # An explicit secret every host proves membership of the job with (launch/membership.py); its value
-    # enters the job's key with the other hyperparameters.
+    # A secret every host proves membership of the job with (config/job_secret.py): in clear in the
+    # job's description, unlike the file in the channel job_secret_channel names.
     job_secret: str = dataclasses.field(default="", repr=False)
+    job_secret_channel: str = ""
     # Every program runs with tf-keras as both `keras` and `tf.keras` (sagetrain/legacy_keras.py).
     legacy_keras: bool = False
 

@@ -18,6 +18,11 @@ from sagetrain.config.resources import DEFAULT_INSTANCE_GROUP, LOCAL_INSTANCE_TY
 from sagetrain.contracts import HostFacts
 
 TRAINING_ENV_VAR = "SM_TRAINING_ENV"
+# The job's identity, which SageMaker (and its SDK's local mode: the name) sets in every container.
+TRAINING_JOB_NAME_VAR = "TRAINING_JOB_NAME"
+TRAINING_JOB_ARN_VAR = "TRAINING_JOB_ARN"
+HYPERPARAMETERS_VAR = "SM_HPS"
+HYPERPARAMETER_VAR_PREFIX = "SM_HP_"
 NUM_CPUS_VAR = "SM_NUM_CPUS"
 
 
@@ -33,16 +38,41 @@ def with_fields(environ: Mapping[str, str], fields: Mapping[str, Any]) -> dict[s
     these values: ``SM_<FIELD>`` for each, and ``SM_TRAINING_ENV`` (when ``environ`` has one holding a
     JSON object) with the same fields and ``is_master`` following ``current_host``."""
     updates = {f"SM_{name.upper()}": sm_value(value) for name, value in fields.items()}
-    try:
-        training_env = json.loads(environ.get(TRAINING_ENV_VAR, ""))
-    except ValueError:
-        training_env = None
-    if isinstance(training_env, dict):
+    training_env = _json_object(environ.get(TRAINING_ENV_VAR))
+    if training_env is not None:
         training_env.update(fields)
         if "current_host" in fields and "master_hostname" in training_env:
             training_env["is_master"] = training_env["master_hostname"] == fields["current_host"]
         updates[TRAINING_ENV_VAR] = sm_value(training_env)
     return updates
+
+
+def _json_object(text: str | None) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text or "")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def hyperparameters_withheld(
+    environ: Mapping[str, str], prefix: str
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """(variables to set, variables to remove) so that no hyperparameter variable (``SM_HPS``,
+    ``SM_HP_<NAME>``, the hyperparameters in ``SM_TRAINING_ENV``) carries a key starting with ``prefix``.
+    Pure."""
+    updates: dict[str, str] = {}
+    hyperparameters = _json_object(environ.get(HYPERPARAMETERS_VAR))
+    if hyperparameters is not None:
+        updates[HYPERPARAMETERS_VAR] = sm_value(
+            {k: v for k, v in hyperparameters.items() if not k.startswith(prefix)}
+        )
+    training_env = _json_object(environ.get(TRAINING_ENV_VAR))
+    if training_env is not None and isinstance(training_env.get("hyperparameters"), dict):
+        kept = {k: v for k, v in training_env["hyperparameters"].items() if not k.startswith(prefix)}
+        updates[TRAINING_ENV_VAR] = sm_value({**training_env, "hyperparameters": kept})
+    removed = tuple(name for name in environ if name.startswith(HYPERPARAMETER_VAR_PREFIX + prefix.upper()))
+    return updates, removed
 
 
 def own_host_variables(

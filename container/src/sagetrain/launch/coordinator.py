@@ -1,19 +1,22 @@
 """The coordinator: one TCP server on the master host, one long-lived connection from every other host,
-and short connections from rank launchers. Every connection proves membership of the job (membership.py).
+and short connections from rank launchers. Every connection proves membership of the job.
 
-Messages are those of ``messages.py``, one JSON object per line. Each connection starts with a handshake:
+Messages are those of ``messages.py``, one JSON object per line. Each connection starts with the handshake
+of ``handshake.py``: a password-authenticated key exchange over the peer host's key (membership.py),
+which lets no one test a guess of that key offline. The master drops a peer whose host is not one of
+the job's or that does not prove membership: such a peer can neither join, nor report for a rank, nor
+end the job, and a worker leaves a master that did not prove itself. From then on every message in
+either direction carries a MAC under the connection's session key over its direction and its sequence
+number, so no message can be replayed, reordered or forged. A peer's first message is a worker's Hello
+(answered Welcome, or Reject and the connection closes; a worker whose host list differs from the
+master's also fails the master at once), or a rank launcher's RankStarted or RankFailed on a short
+connection of its own, answered Ack (RankStarted comes before the rank launcher starts its program: the
+master bounds mpirun's start by it).
 
-    master → peer     Challenge(Ns)
-    peer   → master   its first message, with host h, nonce Nc and mac HMAC(key of h, Ns, message)
-
-The master drops, without answering, a peer whose host is not one of the job's or whose MAC is wrong: such
-a peer can neither join, nor report for a rank, nor end the job. From then on every message in either
-direction carries a MAC under a key of this connection (from h's key and both nonces) over its direction
-and its sequence number, so the peer also knows the master is a member, and no message can be replayed,
-reordered or forged. A first message is a worker's Hello (answered Welcome, or Reject and the connection
-closes; a worker whose host list differs from the master's also fails the master at once), or a rank
-launcher's RankStarted or RankFailed on a short connection of its own, answered Ack (RankStarted comes
-before the rank launcher starts its program: the master bounds mpirun's start by it).
+No one on the job's network can starve the master: before a peer has proved membership, the master
+reads at most ``HANDSHAKE_LINE_BYTES`` per message and gives the whole handshake ``HANDSHAKE_SECONDS``;
+it takes on a bounded number of handshakes at once, in all and per peer address, pauses a peer whose
+handshakes keep failing (admission.py), and logs the first failure of each peer and a count of the rest.
 
 A rank's report counts for the host that proved itself, and only for a rank the plan puts on that host.
 The worker closes its connection after the verdict, which tells the master the verdict arrived. A
@@ -26,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
+import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,19 +40,20 @@ from typing import Any
 
 from sagetrain.deadline import Backoff, Deadline
 from sagetrain.errors import PlatformError, UserError
+from sagetrain.launch.admission import Admission
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded, RankReport
-from sagetrain.launch.membership import SECRET_VAR, canonical, mac, new_nonce, session_key, verified
+from sagetrain.launch.handshake import HandshakeFailed, MasterSide, PeerSide
+from sagetrain.launch.membership import MEMBERSHIP_INPUTS, canonical, mac, verified
 from sagetrain.launch.messages import (
-    HOST_FIELD,
+    HANDSHAKE_LINE_BYTES,
     MAC_FIELD,
     MAX_MESSAGE_BYTES,
-    NONCE_FIELD,
     Ack,
-    Challenge,
     Hello,
     JobVerdict,
     Message,
     Outcome,
+    PakeStart,
     RankFailed,
     RankStarted,
     Ready,
@@ -60,15 +66,21 @@ from sagetrain.report.verdict import RankFailure, Verdict
 
 log = logging.getLogger(__name__)
 
+# accept() errors the next accept can recover from.
+_ACCEPT_RETRIES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED})
+
 MAX_CONNECT_BACKOFF_SECONDS = 2.0
 # How long a rank launcher keeps trying to deliver its reports (each attempt waits for the master's ack).
 RANK_START_REPORT_SECONDS = 30.0
 RANK_FAILURE_REPORT_SECONDS = 5.0
-# A peer has this long to answer the challenge: a connection that says nothing holds no thread longer.
+# The whole handshake, from the connection's first byte to the peer's first message: a connection that
+# says nothing, or says it slowly, holds a place no longer.
 HANDSHAKE_SECONDS = 10.0
+# When the master's process is out of file descriptors, it waits this long before it accepts again.
+ACCEPT_PAUSE_SECONDS = 0.05
+MASTER = b"master"
 # How much of a peer's own text (a claimed host name, a host list) our log lines and messages quote.
 QUOTED_CHARACTERS = 200
-MASTER = b"master"
 
 
 def quoted(value: Any) -> str:
@@ -88,11 +100,12 @@ def _enable_keepalive(sock: socket.socket) -> None:
 
 class Connection:
     """A socket carrying messages, one JSON object per line; once ``secure``, every message carries and
-    must carry a MAC over its direction and sequence number. Sending is safe from several threads."""
+    must carry a MAC over its direction and sequence number. Sending is safe from several threads; one
+    thread reads."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._reader = sock.makefile("rb")
+        self._buffer = bytearray()
         self._send_lock = threading.Lock()
         self._key: bytes | None = None
         self._outgoing, self._incoming = b"", b""
@@ -102,10 +115,7 @@ class Connection:
         self._key, self._outgoing, self._incoming = key, outgoing, incoming
 
     def send(self, message: Message) -> None:
-        self.send_fields(encode(message))
-
-    def send_fields(self, fields: dict[str, Any]) -> None:
-        """A message as its JSON fields (the handshake adds its own to a first message)."""
+        fields = encode(message)
         with self._send_lock:
             if self._key is not None:
                 count = str(self._sent).encode()
@@ -113,97 +123,103 @@ class Connection:
                 self._sent += 1
             self.sock.sendall(canonical(fields) + b"\n")
 
-    def receive(self) -> Message | None:
-        """The next message; None when the peer closed the connection, it broke, or it sent something that
-        is not a message of this job (once secure, one without the right MAC): an impostor's message is as
-        good as a closed connection."""
-        fields = self.receive_fields()
-        return decode(fields) if fields is not None else None
-
-    def receive_fields(self) -> dict[str, Any] | None:
-        """The next message's JSON fields (checked as ``receive`` says, but not decoded)."""
-        try:
-            line = self._reader.readline(MAX_MESSAGE_BYTES)
-        except (OSError, ValueError):
-            return None
-        if not line.endswith(b"\n"):
+    def receive(self, deadline: Deadline | None = None) -> Message | None:
+        """The next message; None when the peer closed the connection, it broke, ``deadline`` passed, or
+        the peer sent something that is not a message of this job (too long; once secure, without the
+        right MAC): an impostor's message is as good as a closed connection. Before the connection is
+        secure a message may be at most ``HANDSHAKE_LINE_BYTES`` long."""
+        limit = MAX_MESSAGE_BYTES if self._key is not None else HANDSHAKE_LINE_BYTES
+        line = self._read_line(limit, deadline)
+        if line is None:
             return None
         try:
             fields = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
             return None
         if not isinstance(fields, dict):
             return None
-        if self._key is None:
-            return fields
+        if self._key is not None and not self._verified(fields):
+            log.warning("dropped a coordinator connection: a message did not carry this job's proof")
+            return None
+        return decode(fields)
+
+    def _verified(self, fields: dict[str, Any]) -> bool:
+        assert self._key is not None
         claimed = str(fields.pop(MAC_FIELD, ""))
         count = str(self._received).encode()
         if not verified(self._key, claimed, self._incoming, count, canonical(fields)):
-            log.warning("dropped a coordinator connection: a message did not carry this job's proof")
-            return None
+            return False
         self._received += 1
-        return fields
+        return True
+
+    def _read_line(self, limit: int, deadline: Deadline | None) -> bytes | None:
+        """One line without its newline, read as it arrives: None past ``limit`` bytes, past
+        ``deadline`` (for the whole line, however slowly it comes), or when the connection ends."""
+        while (end := self._buffer.find(b"\n")) < 0:
+            if len(self._buffer) > limit:
+                return None
+            try:
+                self.sock.settimeout(None if deadline is None else max(deadline.remaining(), 0.001))
+                chunk = self.sock.recv(min(65536, limit + 1 - len(self._buffer)))
+            except OSError:  # timed out, reset, closed under us
+                return None
+            if not chunk:
+                return None
+            self._buffer += chunk
+        if end > limit:
+            return None
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        return line
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
-            self._reader.close()
             self.sock.close()
 
 
 def authenticate_peer(
-    connection: Connection, host_keys: Mapping[str, bytes], peer: str
-) -> tuple[str, Message] | None:
-    """Master's side of the handshake: (the peer's host, its first message), the connection secure; None
-    (logged, the peer's text quoted) when the peer does not prove membership of the job."""
-    nonce = new_nonce()
+    connection: Connection, host_keys: Mapping[str, bytes], deadline: Deadline
+) -> tuple[str, Message]:
+    """Master's side of the handshake: (the peer's host, its first message), the connection secure.
+    Raises HandshakeFailed when the peer does not prove membership of the job within ``deadline``."""
+    start = connection.receive(deadline)
+    if not isinstance(start, PakeStart):
+        raise HandshakeFailed("no handshake")
+    key = host_keys.get(start.host)
+    # A host that is not the job's gets an answer like any other, under a key nobody has: it learns
+    # nothing about which hosts are, and fails like a member with the wrong key.
+    side = MasterSide(start, secrets.token_bytes(32) if key is None else key)
     try:
-        connection.sock.settimeout(HANDSHAKE_SECONDS)
-        connection.send(Challenge(nonce))
-        first = connection.receive_fields()
-        connection.sock.settimeout(None)
+        connection.send(side.reply)
     except OSError:
-        return None
+        raise HandshakeFailed("the connection broke") from None
+    if key is None:
+        raise HandshakeFailed(f"claims to be host {quoted(start.host)}, which is not one of this job's")
+    session = side.finish(connection.receive(deadline))
+    connection.secure(session, outgoing=MASTER, incoming=start.host.encode())
+    first = connection.receive(deadline)
     if first is None:
-        return None
-    host, client_nonce = first.get(HOST_FIELD), first.get(NONCE_FIELD)
-    proof = str(first.pop(MAC_FIELD, ""))
-    if not isinstance(host, str) or not isinstance(client_nonce, str) or host not in host_keys:
-        _refused(peer, host)
-        return None
-    key = host_keys[host]
-    if not verified(key, proof, b"hello", nonce.encode(), canonical(first)):
-        _refused(peer, host)
-        return None
-    connection.secure(session_key(key, nonce, client_nonce), outgoing=MASTER, incoming=host.encode())
-    message = decode(first)
-    if message is None:
-        log.warning("dropped a coordinator connection from host %s: its first message is not ours", host)
-        return None
-    return host, message
+        raise HandshakeFailed(f"host {start.host} proved membership, then sent nothing of ours")
+    return start.host, first
 
 
-def _refused(peer: str, host: object) -> None:
-    log.warning(
-        "refused a coordinator connection from %s claiming to be host %s: it did not prove membership of "
-        "this job", peer, quoted(host),
-    )  # fmt: skip
-
-
-def open_authenticated(sock: socket.socket, host: str, key: bytes, first: Message) -> Connection:
-    """A member's side of the handshake: answer the challenge with ``first``; the connection, secure."""
+def open_authenticated(
+    sock: socket.socket, host: str, key: bytes, first: Message, deadline: Deadline
+) -> Connection:
+    """A member's side of the handshake, then ``first``; the connection, secure. Raises HandshakeFailed
+    when the master does not prove membership of the job, OSError when the connection breaks first."""
     connection = Connection(sock)
-    challenge = connection.receive()
-    if not isinstance(challenge, Challenge):
-        raise OSError("the coordinator did not send its challenge")
-    client_nonce = new_nonce()
-    fields = {**encode(first), HOST_FIELD: host, NONCE_FIELD: client_nonce}
-    proof = mac(key, b"hello", challenge.nonce.encode(), canonical(fields))
-    connection.send_fields({**fields, MAC_FIELD: proof})
-    connection.secure(
-        session_key(key, challenge.nonce, client_nonce), outgoing=host.encode(), incoming=MASTER
-    )
+    side = PeerSide(host, key)
+    connection.send(side.start())
+    reply = connection.receive(deadline)
+    if reply is None:
+        raise OSError("the coordinator closed the connection before the handshake")
+    proof, session = side.finish(reply)
+    connection.send(proof)
+    connection.secure(session, outgoing=host.encode(), incoming=MASTER)
+    connection.send(first)
     return connection
 
 
@@ -231,9 +247,11 @@ class CoordinatorServer:
         port: int = 0,
         job_hosts: Sequence[str] = (),
         rank_host: Callable[[int], str | None] = lambda rank: None,
+        admission: Admission | None = None,
     ) -> None:
         """``host_keys``: every host that may connect (workers and their ranks, this host's ranks) and
         the key it proves itself with; ``rank_host(rank)``: the host a rank runs on, None when unknown."""
+        self._admission = admission or Admission()
         self._events = events
         self._expected = set(expected_hosts)
         self._job_hosts = list(job_hosts)
@@ -245,6 +263,7 @@ class CoordinatorServer:
         self._hosts: dict[str, Connection] = {}
         self._verdict_sent = False
         self._closing = False
+        self._closed = threading.Event()
         self._changed = threading.Condition()
 
     def start(self) -> int:
@@ -265,22 +284,46 @@ class CoordinatorServer:
         return int(listener.getsockname()[1])
 
     def _accept_loop(self) -> None:
+        """Take connections until closed; nothing a peer does ends this loop."""
         assert self._listener is not None
-        while True:
+        while not self._closed.is_set():
             try:
                 sock, address = self._listener.accept()
-            except OSError:
-                return  # closed
+            except OSError as error:
+                if self._closed.is_set() or error.errno not in _ACCEPT_RETRIES:
+                    return  # closed under us
+                # Out of file descriptors or memory: connections already taken end soon (each
+                # handshake has its deadline), and the next accept can succeed.
+                self._closed.wait(ACCEPT_PAUSE_SECONDS)
+                continue
+            self._take(sock, address[0])
+
+    def _take(self, sock: socket.socket, peer: str) -> None:
+        if not self._admission.begin(peer):
+            with contextlib.suppress(OSError):
+                sock.close()
+            return
+        try:
             _enable_keepalive(sock)
-            peer = f"{address[0]}:{address[1]}"
             threading.Thread(target=self._serve, args=(Connection(sock), peer), daemon=True).start()
+        except (OSError, RuntimeError):  # RuntimeError: no thread can be started now
+            self._admission.end(peer, proved=True)
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _serve(self, connection: Connection, peer: str) -> None:
-        authenticated = authenticate_peer(connection, self._host_keys, peer)
-        if authenticated is None:
+        deadline = Deadline(HANDSHAKE_SECONDS, f"the handshake of a coordinator connection from {peer}")
+        try:
+            host, first = authenticate_peer(connection, self._host_keys, deadline)
+        except HandshakeFailed as failed:
+            if self._admission.end(peer, proved=False):
+                log.warning(
+                    "refused a coordinator connection from %s: it did not prove membership of this job (%s); "
+                    "further refusals of that peer are counted, not logged", peer, failed,
+                )  # fmt: skip
             connection.close()
             return
-        host, first = authenticated
+        self._admission.end(peer, proved=True)
         if isinstance(first, (RankStarted, RankFailed)):
             self._take_rank_report(connection, host, first)
         elif isinstance(first, Hello) and self._admit(connection, host, first):
@@ -362,11 +405,26 @@ class CoordinatorServer:
         with self._changed:
             self._closing = True
             connections = list(self._hosts.values())
+        self._closed.set()
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
         for connection in connections:
             connection.close()
+        refused = self._admission.refusals()
+        if refused:
+            log.warning(
+                "the coordinator refused %d connection(s) that did not prove membership of this job, from %s",
+                sum(refused.values()), ", ".join(f"{peer} ({n})" for peer, n in sorted(refused.items())),
+            )  # fmt: skip
+
+    def send_to(self, host: str, message: Message) -> None:
+        """Send ``message`` to a joined host (OSError when its connection broke)."""
+        with self._changed:
+            connection = self._hosts.get(host)
+        if connection is None:
+            raise OSError(f"host {host} is not connected")
+        connection.send(message)
 
 
 class CoordinatorClient:
@@ -391,43 +449,54 @@ class CoordinatorClient:
         self._closing = threading.Event()
 
     def join(self, hello: Hello, deadline: Deadline) -> Welcome:
-        """Connect (retrying while the master is not up yet), prove membership, say hello; the master's
-        welcome, which proves the master's membership in turn."""
+        """Connect, prove membership, say hello, retrying while the master is not up yet or turns the
+        connection away unheard (it takes only so many handshakes at once); the master's welcome. Fails at
+        once when whoever answers as the master does not prove membership, or refuses this host."""
+        first = dataclasses.replace(hello, job_hosts=self._job_hosts)
         backoff = Backoff(deadline, most=MAX_CONNECT_BACKOFF_SECONDS, wait=self._closing.wait)
-        last_error = "no attempt yet"
         while True:
             try:
-                sock = socket.create_connection(
-                    (self.master, self._port), timeout=max(0.1, min(5.0, deadline.remaining()))
-                )
-                break
+                answer, connection = self._attempt(first, deadline)
+            except HandshakeFailed:
+                raise PlatformError(
+                    f"master host {self.master} did not accept this host's proof of membership, or did not "
+                    f"prove its own: every host of a job needs the same {MEMBERSHIP_INPUTS}"
+                ) from None
             except OSError as error:
                 # Name not resolving yet and connection refused both mean: the master has not started.
                 last_error = f"last attempt: {error.strerror or error}"
+            else:
+                if isinstance(answer, Reject):
+                    connection.close()
+                    raise UserError(f"master host {self.master} refused this host: {quoted(answer.reason)}")
+                self._connection = connection
+                return answer
             if not backoff.pause():
                 raise PlatformError(deadline.timeout_message(last_error))
-        sock.settimeout(max(1.0, deadline.remaining()))
-        _enable_keepalive(sock)
+
+    def _attempt(self, first: Hello, deadline: Deadline) -> tuple[Welcome | Reject, Connection]:
+        """One connection: the handshake and the master's answer. OSError for what a retry may cure."""
+        sock = socket.create_connection(
+            (self.master, self._port), timeout=max(0.1, min(5.0, deadline.remaining()))
+        )
         try:
-            first = dataclasses.replace(hello, job_hosts=self._job_hosts)
-            connection = open_authenticated(sock, self._host, self._key, first)
-        except OSError as error:
-            raise PlatformError(
-                f"lost contact with master host {self.master} while joining ({error})"
-            ) from None
-        answer = connection.receive()
-        if isinstance(answer, Reject):
-            raise UserError(f"master host {self.master} refused this host: {quoted(answer.reason)}")
-        if not isinstance(answer, Welcome):
-            connection.close()
-            raise PlatformError(
-                f"master host {self.master} did not accept this host's proof of membership, or did not prove "
-                "its own: every host of a job needs the same hyperparameters.json, inputdataconfig.json and "
-                f"{SECRET_VAR}"
-            )
+            _enable_keepalive(sock)
+            connection = open_authenticated(sock, self._host, self._key, first, deadline)
+            answer = connection.receive(deadline)
+            if not isinstance(answer, (Welcome, Reject)):
+                raise OSError("the master closed the connection without an answer")
+        except BaseException:
+            sock.close()
+            raise
         sock.settimeout(None)
-        self._connection = connection
-        return answer
+        return answer, connection
+
+    def receive(self, deadline: Deadline) -> Message | None:
+        """The master's next message, before ``listen``; None when the connection ended or ``deadline``
+        passed."""
+        if self._connection is None:
+            raise RuntimeError("join() first")
+        return self._connection.receive(deadline)
 
     def send(self, message: Message) -> None:
         if self._connection is None:
@@ -470,8 +539,10 @@ def send_rank_report(
     while True:
         try:
             with socket.create_connection(address, timeout=max(0.1, min(5.0, deadline.remaining()))) as sock:
-                connection = open_authenticated(sock, host, key, report)
-                return isinstance(connection.receive(), Ack)
+                connection = open_authenticated(sock, host, key, report, deadline)
+                return isinstance(connection.receive(deadline), Ack)
+        except HandshakeFailed:
+            return False  # whoever answered is not this job's master: nothing to retry
         except OSError:
             pass
         if not backoff.pause():

@@ -2,18 +2,23 @@
 their JSON encoding and their limits. Every sender and reader uses this module; nothing else spells a
 message's kind or fields.
 
-On the wire a message is one JSON object on one line, its kind in the field ``type``::
+On the wire a message is one JSON object on one line, its kind in the field ``type``. Every
+connection starts with the handshake (handshake.py: a password-authenticated key exchange, SPAKE2,
+over the peer host's key), after which every message carries a MAC (coordinator.py)::
 
-    master → peer     Challenge(nonce)                   the first line of every connection
-    peer   → master   Hello | RankStarted | RankFailed   its first message, with the handshake fields
-                      host, nonce and mac (coordinator.py: how they prove membership of the job)
+    peer   → master   PakeStart(host, pake)              the handshake, before either side proved
+    master → peer     PakeReply(pake, proof)             membership: nothing here lets anyone test a
+    peer   → master   PakeProof(proof)                   guess of the key without talking to the job
+    peer   → master   Hello | RankStarted | RankFailed   its first message, on the secured connection
     master → worker   Welcome(ssh_client_key)            or Reject(reason), and the connection closes
     worker → master   Ready()                            MPI: this host's sshd accepts the master's key
     worker → master   Outcome(verdict)                   TF_CONFIG: how this host's program ended
     master → worker   JobVerdict(verdict)                the job's end; the worker exits with it
+    master → worker   SshTrust(known_hosts, authorized_keys)   SDK v3 MPI(): every host's public keys
     master → rank     Ack()                              a rank launcher's report arrived
 
-A line longer than ``MAX_MESSAGE_BYTES``, or one that does not decode to one of these, is not a message.
+A line longer than its limit (``HANDSHAKE_LINE_BYTES`` before the peer proved membership,
+``MAX_MESSAGE_BYTES`` after), or one that does not decode to one of these, is not a message.
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ from sagetrain.report.verdict import RankFailure, Verdict
 
 # A verdict's detail (traceback, last lines) is the largest message; a longer line is not ours.
 MAX_MESSAGE_BYTES = 1 << 20
-# The field naming a message's kind, and the handshake's fields on a peer's first message.
+# The handshake's messages are a few hundred bytes: nothing more is read from a peer that has not proved
+# membership (a host name is at most 255 characters, a SPAKE2 message 33 bytes in base64).
+HANDSHAKE_LINE_BYTES = 1024
+# The field naming a message's kind, and the MAC every message carries once the connection is secure.
 KIND_FIELD = "type"
-HOST_FIELD = "host"
-NONCE_FIELD = "nonce"
 MAC_FIELD = "mac"
 
 
@@ -40,7 +46,9 @@ T = TypeVar("T")
 
 
 class Kind(Enum):
-    CHALLENGE = "challenge"
+    PAKE_START = "pake_start"
+    PAKE_REPLY = "pake_reply"
+    PAKE_PROOF = "pake_proof"
     HELLO = "hello"
     WELCOME = "welcome"
     REJECT = "reject"
@@ -49,6 +57,7 @@ class Kind(Enum):
     VERDICT = "verdict"
     RANK_STARTED = "rank_started"
     RANK_FAILURE = "rank_failure"
+    SSH_TRUST = "ssh_trust"
     ACK = "ack"
 
 
@@ -57,9 +66,23 @@ class Malformed(ValueError):
 
 
 @dataclass(frozen=True)
-class Challenge:
-    KIND: ClassVar[Kind] = Kind.CHALLENGE
-    nonce: str
+class PakeStart:
+    KIND: ClassVar[Kind] = Kind.PAKE_START
+    host: str
+    pake: str  # the peer's SPAKE2 message, base64
+
+
+@dataclass(frozen=True)
+class PakeReply:
+    KIND: ClassVar[Kind] = Kind.PAKE_REPLY
+    pake: str  # the master's SPAKE2 message, base64
+    proof: str  # the master's key confirmation
+
+
+@dataclass(frozen=True)
+class PakeProof:
+    KIND: ClassVar[Kind] = Kind.PAKE_PROOF
+    proof: str  # the peer's key confirmation
 
 
 @dataclass(frozen=True)
@@ -70,6 +93,7 @@ class Hello:
     KIND: ClassVar[Kind] = Kind.HELLO
     job_hosts: tuple[str, ...] = ()
     ssh_host_key: str = ""
+    ssh_client_key: str = ""  # SDK v3 MPI(): the key this host's ssh logs in to the others with
 
 
 @dataclass(frozen=True)
@@ -129,14 +153,51 @@ class RankFailed:
 
 
 @dataclass(frozen=True)
+class SshTrust:
+    """For the SageMaker SDK v3's MPI driver: every host's public keys, as the files that hold them."""
+
+    KIND: ClassVar[Kind] = Kind.SSH_TRUST
+    known_hosts: str
+    authorized_keys: str
+
+
+@dataclass(frozen=True)
 class Ack:
     KIND: ClassVar[Kind] = Kind.ACK
 
 
-Message = Challenge | Hello | Welcome | Reject | Ready | Outcome | JobVerdict | RankStarted | RankFailed | Ack
+Message = (
+    PakeStart
+    | PakeReply
+    | PakeProof
+    | Hello
+    | Welcome
+    | Reject
+    | Ready
+    | Outcome
+    | JobVerdict
+    | RankStarted
+    | RankFailed
+    | SshTrust
+    | Ack
+)
 _CLASSES: dict[Kind, type[Message]] = {
     cls.KIND: cls
-    for cls in (Challenge, Hello, Welcome, Reject, Ready, Outcome, JobVerdict, RankStarted, RankFailed, Ack)
+    for cls in (
+        PakeStart,
+        PakeReply,
+        PakeProof,
+        Hello,
+        Welcome,
+        Reject,
+        Ready,
+        Outcome,
+        JobVerdict,
+        RankStarted,
+        RankFailed,
+        SshTrust,
+        Ack,
+    )
 }
 
 

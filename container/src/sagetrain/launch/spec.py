@@ -14,8 +14,9 @@ from pathlib import Path
 from sagetrain import contracts, legacy_keras
 from sagetrain.config.hyperparameters import LaunchSettings
 from sagetrain.config.job import JobConfig
+from sagetrain.config.job_secret import SECRET_VAR, JobSecret
 from sagetrain.config.paths import ROOT_ENV
-from sagetrain.config.toolkit_env import NUM_CPUS_VAR, toolkit_env_vars
+from sagetrain.config.toolkit_env import NUM_CPUS_VAR, TRAINING_JOB_NAME_VAR, toolkit_env_vars
 from sagetrain.contracts import HostFacts, RunDir
 from sagetrain.deadline import Deadline
 from sagetrain.launch.membership import Membership
@@ -55,15 +56,15 @@ class JobSpec:
     def worker_wait(self, activity: str) -> Deadline:
         """For hosts to find each other (sagetrain_worker_wait_seconds)."""
         seconds = self.plan.launch.worker_wait_seconds
-        return _setting_deadline(seconds, "worker_wait_seconds", activity, "hosts")
+        return setting_deadline(seconds, "worker_wait_seconds", activity, "hosts")
 
     def launch_wait(self, activity: str) -> Deadline:
         """For mpirun to start every rank (sagetrain_launch_wait_seconds)."""
         seconds = self.plan.launch.launch_wait_seconds
-        return _setting_deadline(seconds, "launch_wait_seconds", activity, "ranks")
+        return setting_deadline(seconds, "launch_wait_seconds", activity, "ranks")
 
 
-def _setting_deadline(seconds: float, setting: str, activity: str, what: str) -> Deadline:
+def setting_deadline(seconds: float, setting: str, activity: str, what: str) -> Deadline:
     hint = f"if {what} start slowly, raise the hyperparameter {LaunchSettings.key(setting)}"
     return Deadline(seconds, activity, hint=hint)
 
@@ -100,6 +101,7 @@ def build_spec(
     program: Program,
     environ: Mapping[str, str],
     interface: str,
+    secret: JobSecret,
     *,
     gpus: int,
     cpus: int | None = None,
@@ -111,14 +113,15 @@ def build_spec(
     from sagetrain.mapping_compat import to_cmd_args
 
     user_hps = adjusted_user_hyperparameters(
-        config.user_hyperparameters, config.hyperparameters, environ.get("TRAINING_JOB_NAME")
+        config.user_hyperparameters, config.hyperparameters, environ.get(TRAINING_JOB_NAME_VAR)
     )
     toolkit_hps = {**config.toolkit_hyperparameters, **user_hps}
     user_args = to_cmd_args(user_hps)
     argv = program_argv(program, user_args, sys.executable)
     run_dir = RunDir.from_env(environ)
     job_env = {
-        **environ,
+        # The secret stays with the launcher: ranks prove themselves with their host's key (run_dir.py).
+        **{name: value for name, value in environ.items() if name != SECRET_VAR},
         **toolkit_env_vars(config, toolkit_hps, gpus=gpus, cpus=cpus, dry_run=dry_run),
         contracts.ENGINE_VAR: plan.engine.value,
         contracts.PROGRAM_VAR: program.name,
@@ -145,7 +148,7 @@ def build_spec(
         run_dir=run_dir,
         code_dir=program.code_dir,
         interface=interface,
-        membership=Membership.of_job(config, environ),
+        membership=Membership.of_job(config, environ, secret),
         # The CPU count as sagemaker_training counts it, since that is what SM_NUM_CPUS says on this host.
         host_facts=HostFacts(plan.current_host, gpus, int(job_env[NUM_CPUS_VAR])),
     )

@@ -1,77 +1,87 @@
-"""ssh for the SageMaker SDK v3's MPI driver: keys made for this job, derived from its membership key.
+"""ssh for the SageMaker SDK v3's MPI driver: keys made at random on each host for this job, exchanged
+through the coordinator's authenticated handshake.
 
 The driver (``mpi_driver.py`` in sagemaker-train) assumes what AWS's images bake in: sshd host keys, and a
 root key pair every container shares in ``authorized_keys``. It starts ``/usr/sbin/sshd -D`` with the
 system configuration, connects with paramiko (``~/.ssh/known_hosts``, ``~/.ssh/id_*``, any host key of an
 ``algo-*`` host accepted), runs ``ssh <host> touch …`` with the system client, and ``mpirun`` over ssh.
 
-No key is in this image. Before the driver starts, every host derives the same two ed25519 keys from the
-job's membership key (``launch/membership.py``: what every host of the job has and the network does not):
-the job's host key and the job's client key. It writes the host key where sshd looks, a drop-in sshd
-configuration that accepts public keys only, the client key as root's identity, ``authorized_keys`` with
-the job's client key alone and ``known_hosts`` with the job's host key for the job's hosts alone. So the
-job's hosts log in to each other, and a peer without the membership key can neither log in nor pass as one
-of them. When ``resourceconfig.json`` names an interface that does not exist (SDK v3 local mode names
-``ethwe``), the driver is told the one that routes to the other hosts, as our own launcher chooses it.
+No key is in this image, and none derives from the job: before the driver starts, every host makes an
+ed25519 host key and client key of its own. Each worker joins the master's coordinator (both sides prove
+membership of the job: launch/handshake.py) and sends its two public keys; once every worker has, the
+master sends each of them every host's public keys, as ``known_hosts`` and ``authorized_keys``. sshd
+accepts those client keys only (a drop-in configuration); ssh and paramiko know those host keys for the
+job's hosts. So the job's hosts log in to each other (mpirun's daemons too, host to host), and nobody
+else: a peer that is not a member of the job learns no public key it could test a guess against, and
+sends none that would be trusted.
+
+When ``resourceconfig.json`` names an interface that does not exist (SDK
+v3 local mode names ``ethwe``), the driver is told the one that routes to the other hosts, as our own
+launcher chooses it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
+import re
 import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sagetrain.atomic_file import write_atomically
-from sagetrain.config.hyperparameters import LaunchSettings
-from sagetrain.launch.membership import SECRET_VAR, Membership
-from sagetrain.launch.sshd import PRIVILEGE_SEPARATION_DIR, SshFiles, key_only_settings
+from sagetrain.config.job_secret import missing_secret_warning, read_job_secret
+from sagetrain.deadline import Deadline
+from sagetrain.errors import PlatformError
+from sagetrain.launch.membership import Membership
+from sagetrain.launch.messages import Hello, SshTrust, Welcome
+from sagetrain.launch.sshd import (
+    PRIVILEGE_SEPARATION_DIR,
+    SshFiles,
+    generate_key,
+    key_only_settings,
+    known_hosts_text,
+)
 
 log = logging.getLogger(__name__)
 
-_HOST_KEY_INFO = b"sagetrain sdk ssh host key v1"
-_CLIENT_KEY_INFO = b"sagetrain sdk ssh client key v1"
 # The variable the SDK's driver reads for mpirun's interface options (written by its environment.py).
 INTERFACE_VAR = "SM_NETWORK_INTERFACE_NAME"
+# The port the SDK's driver and mpirun's ssh use: the system's sshd, as it is configured.
+SYSTEM_SSH_PORT = 22
+# An OpenSSH public key line as this image makes them, and nothing else (a peer's keys end up in files sshd
+# and ssh read: no options, no second line).
+_PUBLIC_KEY_LINE = re.compile(r"ssh-ed25519 [A-Za-z0-9+/]{68}(=|==)?( [A-Za-z0-9@._-]{1,64})?")
 
 
 @dataclass(frozen=True)
-class KeyPair:
-    private_openssh: str  # the OpenSSH private key file's text
-    public_line: str  # "ssh-ed25519 AAAA… comment"
+class HostSshKeys:
+    """This host's public keys for the job (their private halves are in the files they were made in)."""
 
-    def __repr__(self) -> str:
-        return f"KeyPair(public_line={self.public_line!r}, private_openssh=<hidden>)"
-
-
-def derive_key_pair(membership: Membership, info: bytes, comment: str) -> KeyPair:
-    """The ed25519 key pair whose seed is an HMAC of the job key: the same on every host of the job."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    seed = hmac.new(membership.job_key, info, hashlib.sha256).digest()
-    key = Ed25519PrivateKey.from_private_bytes(seed)
-    private = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-    ).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    return KeyPair(private, f"{public.decode()} {comment}")
-
-
-@dataclass(frozen=True)
-class JobSshKeys:
-    host: KeyPair
-    client: KeyPair
+    host: str  # "ssh-ed25519 AAAA… comment"
+    client: str
 
     @classmethod
-    def of(cls, membership: Membership) -> JobSshKeys:
+    def generate(cls, files: SshFiles) -> HostSshKeys:
+        files.client_key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        files.client_key.parent.chmod(0o700)
         return cls(
-            host=derive_key_pair(membership, _HOST_KEY_INFO, "sagetrain-job-host"),
-            client=derive_key_pair(membership, _CLIENT_KEY_INFO, "sagetrain-job-client"),
+            host=generate_key(files.host_key, "sagetrain-job-host"),
+            client=generate_key(files.client_key, "sagetrain-job-client"),
         )
+
+
+def public_key_problem(line: str) -> str | None:
+    """Why ``line`` is not an ed25519 public key line as this image makes them; None when it is. Pure."""
+    return None if _PUBLIC_KEY_LINE.fullmatch(line) else "not one ssh-ed25519 public key line"
+
+
+def trust_of(keys: dict[str, HostSshKeys]) -> SshTrust:
+    """Every host's public keys, as the known_hosts and authorized_keys every host writes. Pure."""
+    return SshTrust(
+        known_hosts=known_hosts_text({host: key.host for host, key in keys.items()}, SYSTEM_SSH_PORT),
+        authorized_keys="".join(f"{keys[host].client}\n" for host in sorted(keys)),
+    )
 
 
 def sshd_drop_in_text(files: SshFiles) -> str:
@@ -80,26 +90,99 @@ def sshd_drop_in_text(files: SshFiles) -> str:
     return "\n".join([*key_only_settings(files), *extra])
 
 
-def known_hosts_text(hosts: tuple[str, ...], host_public_line: str) -> str:
-    """The job's host key for the job's hosts, and nothing else."""
-    key = " ".join(host_public_line.split()[:2])
-    return f"{','.join(hosts)} {key}\n"
-
-
-def write_ssh_files(keys: JobSshKeys, hosts: tuple[str, ...], files: SshFiles) -> None:
-    """Every file the driver's sshd, ssh and paramiko read, replacing what was there."""
-    home_ssh = files.client_key.parent
-    home_ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
-    home_ssh.chmod(0o700)
-    write_atomically(files.host_key, keys.host.private_openssh, private=True)
-    write_atomically(files.host_key.with_name(files.host_key.name + ".pub"), keys.host.public_line + "\n")
+def write_trust(trust: SshTrust, files: SshFiles) -> None:
+    """The files the driver's sshd, ssh and paramiko read besides the keys, replacing what was there."""
     write_atomically(files.sshd_config, sshd_drop_in_text(files))
-    write_atomically(files.client_key, keys.client.private_openssh, private=True)
-    write_atomically(
-        files.client_key.with_name(files.client_key.name + ".pub"), keys.client.public_line + "\n"
+    write_atomically(files.authorized_keys, trust.authorized_keys, private=True)
+    write_atomically(files.known_hosts, trust.known_hosts, private=True)
+
+
+def _checked_hello(host: str, hello: Hello) -> HostSshKeys:
+    for line in (hello.ssh_host_key, hello.ssh_client_key):
+        problem = public_key_problem(line)
+        if problem is not None:
+            raise PlatformError(
+                f"host {host} sent an ssh key that is {problem}; every host must run this image"
+            )
+    return HostSshKeys(hello.ssh_host_key, hello.ssh_client_key)
+
+
+@dataclass(frozen=True)
+class KeyExchange:
+    """This host's part in the exchange of the job's ssh keys."""
+
+    hosts: tuple[str, ...]
+    master: str
+    current_host: str
+    port: int  # the coordinator's
+    membership: Membership
+    deadline: Deadline
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return tuple(host for host in self.hosts if host != self.master)
+
+
+def exchange_keys(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
+    """The job's trust: this host's own keys alone on one host; otherwise every host's, through the master."""
+    if not exchange.workers:
+        return trust_of({exchange.current_host: own})
+    if exchange.current_host == exchange.master:
+        return _exchange_as_master(exchange, own)
+    return _exchange_as_worker(exchange, own)
+
+
+def _exchange_as_master(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
+    """Wait for every worker's keys, send each of them the job's trust."""
+    from sagetrain.launch.coordination import wait_for_hosts
+    from sagetrain.launch.coordinator import CoordinatorServer
+    from sagetrain.launch.events import EventQueue
+
+    events = EventQueue()
+    workers, deadline = exchange.workers, exchange.deadline
+    server = CoordinatorServer(
+        events, workers, lambda hello: Welcome(), port=exchange.port, job_hosts=exchange.hosts,
+        host_keys={host: exchange.membership.host_key(host) for host in workers},
+    )  # fmt: skip
+    port = server.start()
+    sys.stderr.write(f"sagetrain: waiting for {', '.join(workers)} to send their ssh keys to port {port}\n")
+    try:
+        hellos = wait_for_hosts(events, workers, until_ready=False, deadline=deadline)
+        keys = {host: _checked_hello(host, hello) for host, hello in hellos.items()}
+        trust = trust_of({**keys, exchange.current_host: own})
+        for worker in workers:
+            server.send_to(worker, trust)
+        # A worker closes its connection once it has the keys.
+        still = server.wait_until_disconnected(deadline)
+        if still:
+            raise PlatformError(deadline.timeout_message(f"{', '.join(still)} did not take the ssh keys"))
+    finally:
+        server.close()
+    return trust
+
+
+def _exchange_as_worker(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
+    """Join the master with this host's keys; the job's trust, as the master sent it."""
+    from sagetrain.launch.coordinator import CoordinatorClient
+    from sagetrain.launch.events import EventQueue
+
+    host, master = exchange.current_host, exchange.master
+    client = CoordinatorClient(
+        EventQueue(),
+        master,
+        exchange.port,
+        host,
+        exchange.membership.host_key(host),
+        job_hosts=exchange.hosts,
     )
-    write_atomically(files.authorized_keys, keys.client.public_line + "\n", private=True)
-    write_atomically(files.known_hosts, known_hosts_text(hosts, keys.host.public_line), private=True)
+    try:
+        client.join(Hello(ssh_host_key=own.host, ssh_client_key=own.client), exchange.deadline)
+        trust = client.receive(exchange.deadline)
+    finally:
+        client.close()
+    if not isinstance(trust, SshTrust):
+        raise PlatformError(exchange.deadline.timeout_message(f"master host {master} sent no ssh keys"))
+    return trust
 
 
 def tell_interface(environ: MutableMapping[str, str], hosts: tuple[str, ...], current_host: str) -> None:
@@ -117,19 +200,27 @@ def tell_interface(environ: MutableMapping[str, str], hosts: tuple[str, ...], cu
 
 
 def prepare_for_mpi_driver(environ: MutableMapping[str, str], files: SshFiles | None = None) -> None:
-    """Before the SDK's MPI driver runs on this host: the job's ssh keys and files, and its interface."""
+    """Before the SDK's MPI driver runs on this host: the job's ssh keys and files, the driver's
+    environment without our settings, and its interface."""
+    from sagetrain.launch.spec import setting_deadline
     from sagetrain.preparation import Preparation, prepare_job
 
-    config = prepare_job(environ, Preparation.DESCRIBE).config
-    if not (environ.get(SECRET_VAR) or config.settings.launch.job_secret):
-        sys.stderr.write(
-            f"sagetrain WARNING: no job secret (hyperparameter {LaunchSettings.key('job_secret')} or "
-            f"{SECRET_VAR}): the job's ssh keys derive from its hyperparameters, channels and SageMaker job "
-            "identity alone, so a peer that knows all of them could derive them too; set a secret to make "
-            "root's ssh login unguessable\n"
-        )
-    keys = JobSshKeys.of(Membership.of_job(config, environ))
+    job = prepare_job(environ, Preparation.DESCRIBE)
+    config, plan = job.config, job.plan
+    secret = read_job_secret(config, environ)
+    warning = missing_secret_warning(len(plan.hosts), secret)
+    if warning is not None:
+        sys.stderr.write(f"sagetrain WARNING: {warning}\n")
+    membership = Membership.of_job(config, environ, secret)
     files = files or SshFiles.system(Path("/etc/ssh"), Path.home() / ".ssh")
-    write_ssh_files(keys, config.resources.hosts, files)
+    own = HostSshKeys.generate(files)
+    launch = plan.launch
+    activity = f"the job's hosts to exchange ssh keys through {plan.master} port {launch.coordinator_port}"
+    deadline = setting_deadline(launch.worker_wait_seconds, "worker_wait_seconds", activity, "hosts")
+    exchange = KeyExchange(
+        plan.hosts, plan.master, plan.current_host, launch.coordinator_port, membership, deadline
+    )
+    trust = exchange_keys(exchange, own)
+    write_trust(trust, files)
     PRIVILEGE_SEPARATION_DIR.mkdir(mode=0o755, exist_ok=True)
-    tell_interface(environ, config.resources.hosts, config.resources.current_host)
+    tell_interface(environ, plan.hosts, plan.current_host)

@@ -81,8 +81,24 @@ def _drivers_dir(environ: Mapping[str, str]) -> Path:
     return Paths(root_from_environ(environ)).channel_dir(DRIVERS_CHANNEL)
 
 
-def hand_over(environ: Mapping[str, str]) -> None:
+def withhold_our_settings(environ: MutableMapping[str, str], *, secret_too: bool) -> None:
+    """Take this image's ``sagetrain_*`` hyperparameters (a secret among them, maybe) out of the SDK's
+    hyperparameter variables, and with ``secret_too`` the secret's variable: the MPI driver passes
+    ``SM_HPS`` to the user's script as arguments, logs that command line and writes its environment to
+    ``/etc/environment``. Our launcher reads its settings from hyperparameters.json, not from these."""
+    from sagetrain.config.hyperparameters import SAGETRAIN_PREFIX
+    from sagetrain.config.job_secret import SECRET_VAR
+    from sagetrain.config.toolkit_env import hyperparameters_withheld
+
+    updates, removed = hyperparameters_withheld(environ, SAGETRAIN_PREFIX)
+    for name in (*removed, *((SECRET_VAR,) if secret_too else ())):
+        environ.pop(name, None)
+    environ.update(updates)
+
+
+def hand_over(environ: MutableMapping[str, str]) -> None:
     """Replace this process (the SDK's script driver) with the image's launcher; does not return."""
+    withhold_our_settings(environ, secret_too=False)  # the launcher reads the secret's variable
     sys.stderr.write(
         "sagetrain: the SageMaker SDK's script driver started; the image's launcher runs the job instead "
         "and distributes it as the sagemaker_* hyperparameters ask (or as it chooses without them)\n"
@@ -215,6 +231,7 @@ def at_interpreter_start(
             from sagetrain.sdk.ssh import prepare_for_mpi_driver
 
             prepare_for_mpi_driver(environ)
+            withhold_our_settings(environ, secret_too=True)
             mpirun.install(environ, contracts.RunDir.from_env(environ))
         elif may_run_sdk_command(argv, orig_argv, environ):
             check_sdk_command(environ)

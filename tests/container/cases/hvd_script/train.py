@@ -19,7 +19,7 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--batch_size", type=int, default=8)
 parser.add_argument("--learning_rate", type=float, default=0.01)
 parser.add_argument("--model_dir", default=os.environ.get("SM_MODEL_DIR"))
-args, _ = parser.parse_known_args()
+args = parser.parse_args()  # strict, as most scripts are: an argument it does not know fails it
 
 hvd.init()
 

