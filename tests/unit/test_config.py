@@ -1,6 +1,8 @@
 """Config parsing: JSON-string hyperparameters, the files' validation, channels, devices."""
 
+import functools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -327,6 +329,7 @@ def test_usable_cpus_honour_affinity_and_quota(affinity, quota, expected):
 
 
 DEEP = "[" * 100_000 + "]" * 100_000
+DEEP_VALUE = "[" * 5_000 + "]" * 5_000  # within the length a value may have, deeper than JSON reads
 PROGRAM = '"sagemaker_program": "\\"train.py\\""'
 HP = "hyperparameters.json"
 
@@ -342,7 +345,7 @@ HP = "hyperparameters.json"
         (HP, "{" + PROGRAM + ', "a\\u0000b": "1"}', r"field 'a\\x00b' holds a NUL character"),
         (HP, "{" + PROGRAM + ', "a=b": "1"}', r"field 'a=b': a hyperparameter name .* '='"),
         (HP, "{" + PROGRAM + ', "x": ' + DEEP + "}", "nests JSON arrays or objects too deeply"),
-        (HP, "{" + PROGRAM + ', "x": "' + DEEP + '"}', r"field 'x' nests JSON too deeply"),
+        (HP, "{" + PROGRAM + ', "x": "' + DEEP_VALUE + '"}', r"field 'x' nests JSON too deeply"),
         ("resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1"], "x": ' + DEEP + "}",
          "resourceconfig.json nests JSON"),
         ("inputdataconfig.json", '{"a=b": {"TrainingInputMode": "File"}}',
@@ -405,3 +408,254 @@ def test_a_local_path_that_is_not_an_absolute_folder_is_refused_naming_file_and_
     )
     # Only the managed trainer reads it: a job's configuration loads whatever it says.
     assert load_job_config(tmp_path).settings.program == "train.py"
+
+
+# Inputs past SageMaker's limits (config/limits.py): at each limit the job loads; one past it ends with
+# one sentence that names the file, the field and the limit.
+
+CONFIG = "input/config"
+
+
+def limit_error(tmp_path, **documents) -> str:
+    write_tree(tmp_path, **documents)
+    with pytest.raises(UserError) as error:
+        load_job_config(tmp_path, check_channels=False)
+    cause = error.value.cause
+    assert "\n" not in cause and len(cause) < 600
+    return cause
+
+
+def padded(document: dict, size: int) -> str:
+    """``document`` as JSON text of exactly ``size`` bytes (whitespace at the end)."""
+    text = json.dumps(document)
+    return text + " " * (size - len(text))
+
+
+def test_a_config_file_of_the_limits_size_is_read(tmp_path):
+    from sagetrain.config.limits import MAX_CONFIG_FILE_BYTES
+
+    text = padded({"sagemaker_program": '"train.py"'}, MAX_CONFIG_FILE_BYTES)
+    write_tree(tmp_path, raw={"hyperparameters.json": text})
+    assert load_job_config(tmp_path).settings.program == "train.py"
+
+
+def test_a_hyperparameters_file_past_the_size_limit_is_refused_before_it_is_read(tmp_path):
+    from sagetrain.config.limits import MAX_CONFIG_FILE_BYTES
+
+    text = padded({"sagemaker_program": '"train.py"'}, MAX_CONFIG_FILE_BYTES + 1)
+    cause = limit_error(tmp_path, raw={"hyperparameters.json": text})
+    assert cause == (
+        f"{tmp_path / CONFIG / 'hyperparameters.json'} is 4,194,305 bytes, more than the 4,194,304 bytes "
+        "(4 MiB) this image reads from a configuration file; SageMaker takes at most 100 hyperparameters, "
+        "with names of up to 256 and values of up to 2,500 characters, which fit in far less: pass large "
+        "settings as a file in a data channel"
+    )
+
+
+def test_a_config_file_whose_size_stat_cannot_tell_is_read_only_up_to_the_limit(tmp_path):
+    write_tree(tmp_path)
+    resources = tmp_path / CONFIG / "resourceconfig.json"
+    resources.unlink()
+    resources.symlink_to("/dev/zero")  # endless, and stat says 0 bytes
+    cause = limit_error(tmp_path)
+    assert cause == (
+        f"{resources} is larger than the 4,194,304 bytes (4 MiB) this image reads from a configuration file; "
+        "SageMaker writes none that large, so check what wrote the file"
+    )
+
+
+def hyperparameters(count: int, **extra: str) -> dict[str, str]:
+    """``count`` hyperparameters as SageMaker writes them, ``extra`` among them."""
+    values = {"sagemaker_program": '"train.py"', **extra}
+    values.update({f"hp_{index:03d}": '"x"' for index in range(count - len(values))})
+    return values
+
+
+def test_hyperparameters_up_to_the_limit_load(tmp_path):
+    from sagetrain.config.limits import MAX_HYPERPARAMETER_NAME, MAX_HYPERPARAMETER_VALUE, MAX_HYPERPARAMETERS
+
+    name, value = "n" * MAX_HYPERPARAMETER_NAME, json.dumps("v" * (MAX_HYPERPARAMETER_VALUE - 2))
+    write_tree(tmp_path, hyperparameters=hyperparameters(MAX_HYPERPARAMETERS, **{name: value}))
+    config = load_job_config(tmp_path)
+    assert len(config.hyperparameters) == MAX_HYPERPARAMETERS == 256
+    assert config.hyperparameters[name] == "v" * (MAX_HYPERPARAMETER_VALUE - 2)
+
+
+def test_one_hyperparameter_more_than_the_limit_is_refused_naming_both_limits(tmp_path):
+    cause = limit_error(tmp_path, hyperparameters=hyperparameters(257))
+    assert cause == (
+        f"{tmp_path / CONFIG / 'hyperparameters.json'} holds 257 hyperparameters, more than the 256 this "
+        "image takes (SageMaker takes 100 in a training job, more only in a tuning job's); pass the rest as "
+        "a file in a data channel"
+    )
+
+
+def test_a_hyperparameter_name_past_sagemakers_limit_is_refused_quoting_its_start(tmp_path):
+    name = "n" * 257
+    cause = limit_error(tmp_path, hyperparameters=hyperparameters(2, **{name: "1"}))
+    assert cause == (
+        f"{tmp_path / CONFIG / 'hyperparameters.json'} field {repr(name)[:80]}… (257 characters): a "
+        "hyperparameter name may be at most 256 characters long (SageMaker's limit); shorten it"
+    )
+
+
+def test_a_hyperparameter_value_past_the_limit_is_refused_naming_both_limits(tmp_path):
+    value = json.dumps("v" * 16_383)  # the JSON text SageMaker was given: 16,385 characters
+    cause = limit_error(tmp_path, hyperparameters=hyperparameters(2, config=value))
+    assert cause == (
+        f"{tmp_path / CONFIG / 'hyperparameters.json'} field 'config' has a value of 16,385 characters, more "
+        "than the 16,384 this image takes (SageMaker takes 2,500); put the value in a file in a data channel "
+        "and pass its path instead"
+    )
+
+
+def test_a_value_written_as_json_rather_than_a_string_is_measured_as_its_text(tmp_path):
+    write_tree(tmp_path, raw={"hyperparameters.json": json.dumps({"layers": list(range(3000))})})
+    with pytest.raises(UserError, match=r"field 'layers' has a value of 1[0-9,]+ characters"):
+        load_job_config(tmp_path)
+
+
+def channels(count: int) -> dict[str, dict[str, str]]:
+    return {f"channel-{index:03d}": {"TrainingInputMode": "File"} for index in range(count)}
+
+
+def test_channels_up_to_the_limit_load(tmp_path):
+    write_tree(tmp_path, channels=channels(100))
+    assert len(load_job_config(tmp_path, check_channels=False).channels) == 100
+
+
+def test_one_channel_more_than_the_limit_is_refused_naming_both_limits(tmp_path):
+    cause = limit_error(tmp_path, channels=channels(101))
+    assert cause == (
+        f"{tmp_path / CONFIG / 'inputdataconfig.json'} declares 101 channels, more than the 100 this image "
+        "takes (SageMaker takes 20 in a training job); put related data in one channel, a folder each"
+    )
+
+
+def sagemaker_hosts(count: int, width: int = 0) -> list[str]:
+    """SageMaker's host names algo-1 …, each padded to ``width`` characters."""
+    return [f"algo-{index}".ljust(width, "x") for index in range(1, count + 1)]
+
+
+def test_hosts_up_to_the_limit_load(tmp_path):
+    hosts = sagemaker_hosts(2048)
+    write_tree(tmp_path, resources={"current_host": "algo-2048", "hosts": hosts})
+    assert load_job_config(tmp_path).resources.hosts == tuple(hosts)
+
+
+def test_one_host_more_than_the_limit_is_refused(tmp_path):
+    cause = limit_error(tmp_path, resources={"current_host": "algo-1", "hosts": sagemaker_hosts(2049)})
+    assert cause == (
+        f"{tmp_path / CONFIG / 'resourceconfig.json'} field hosts lists 2,049 hosts, more than the 2,048 "
+        "this image runs (SageMaker's own limit is your account's instance quota); run the job on fewer "
+        "instances"
+    )
+
+
+def test_host_names_past_the_characters_that_fit_are_refused(tmp_path):
+    hosts = sagemaker_hosts(2048, width=16)  # 32,768 characters: at the limit
+    write_tree(tmp_path, resources={"current_host": hosts[0], "hosts": hosts})
+    assert len(load_job_config(tmp_path).resources.hosts) == 2048
+    hosts[0] += "x"
+    cause = limit_error(tmp_path, resources={"current_host": hosts[1], "hosts": hosts})
+    assert cause == (
+        f"{tmp_path / CONFIG / 'resourceconfig.json'} field hosts names its hosts in 32,769 characters, more "
+        "than the 32,768 that fit in mpirun's host list and TF_CONFIG (SageMaker's names, algo-1, algo-2…, "
+        "take far less); use shorter host names"
+    )
+
+
+def test_an_instance_group_is_checked_against_the_hosts_once_each(tmp_path):
+    # Each of many groups listing every host: checked against a set, so this loads at once.
+    hosts = sagemaker_hosts(2048)
+    groups = [{"instance_group_name": f"g{index}", "hosts": hosts} for index in range(30)]
+    write_tree(tmp_path, resources={"current_host": "algo-1", "hosts": hosts, "instance_groups": groups})
+    assert len(load_job_config(tmp_path).resources.instance_groups) == 30
+
+
+def test_at_the_host_limits_mpiruns_host_list_and_tf_config_fit_in_one_argument_or_variable(tmp_path):
+    from sagetrain.config.resources import parse_resource_config
+    from sagetrain.launch.spec import MAX_ENV_STRING_BYTES
+    from sagetrain.plan import make_plan
+    from sagetrain.plan.mpi_command import host_list
+    from sagetrain.plan.tf_config import TF_CONFIG_VAR, TaskType, tf_config
+
+    hosts = sagemaker_hosts(2048, width=16)  # at both limits
+    resources = parse_resource_config({"current_host": hosts[-1], "hosts": hosts}, tmp_path / "rc.json")
+    ports = {"sagetrain_tf_config_port": 65535, "sagetrain_ps_port": 65534}
+    ps = parse_settings({"sagemaker_parameter_server_enabled": True, **ports}, tmp_path / "hp.json")
+    plan = make_plan(resources, ps, gpus_per_host=8)
+    for task in (None, TaskType.PS):
+        variable = f"{TF_CONFIG_VAR}={json.dumps(tf_config(plan, hosts[-1], task))}"
+        assert len(variable.encode()) < MAX_ENV_STRING_BYTES
+    horovod = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 99_999}
+    plan = make_plan(resources, parse_settings(horovod, tmp_path / "hp.json"), gpus_per_host=8)
+    assert len(host_list(plan).encode()) < MAX_ENV_STRING_BYTES
+
+
+def described_spec(root: Path, values: dict[str, str]):
+    """The launch spec a one-host job with these hyperparameters (as SageMaker writes them) describes."""
+    from sagetrain.preparation import Preparation, launch_spec, prepare_job
+
+    write_tree(root, hyperparameters={"sagemaker_program": '"train.py"', **values})
+    environ = {"SAGEMAKER_BASE_DIR": str(root), "SAGETRAIN_RUN_DIR": str(root / "run")}
+    job = prepare_job(environ, Preparation.DESCRIBE, root=root, gpus=0, cpus=2)
+    return launch_spec(job, environ, Preparation.DESCRIBE, cpus=2)
+
+
+def sagemaker_sized(value: str) -> dict[str, str]:
+    """99 hyperparameters (the program is the 100th) at SageMaker's limits: 256-character names, values of
+    2,500 characters of JSON text."""
+    return {f"{index:02d}".ljust(256, "名"): value for index in range(99)}
+
+
+def test_a_job_at_sagemakers_limits_in_cjk_text_starts_within_linuxs_limits(tmp_path):
+    from sagetrain.launch.spec import MAX_EXEC_BYTES, exec_bytes
+
+    spec = described_spec(tmp_path, sagemaker_sized(json.dumps("字" * 2498, ensure_ascii=False)))
+    size = exec_bytes([*spec.rank_argv, *spec.args_file_arguments], spec.env)
+    assert 1_500_000 < size < MAX_EXEC_BYTES
+
+
+def test_hyperparameters_linux_could_not_start_a_program_with_are_refused_naming_the_limit(tmp_path):
+    # Within SageMaker's limits, yet 2.4 MB: a list's text is passed as it is (3 bytes a character) and
+    # as the toolkit's JSON in SM_HP_* (\uXXXX, 6 bytes).
+    with pytest.raises(UserError) as error:
+        described_spec(tmp_path, sagemaker_sized(json.dumps(["字" * 2494], ensure_ascii=False)))
+    assert re.fullmatch(
+        f"{re.escape(str(tmp_path / CONFIG / 'hyperparameters.json'))} holds hyperparameters that, passed "
+        r"as --name value and as SM_HP_<NAME>, make the program's arguments and environment "
+        r"2,[0-9]{3},[0-9]{3} bytes, more than the 1,835,008 that fit under Linux's 2 MiB for starting a "
+        r"program with room for the launchers; shorten the longest or pass them as a file in a data channel",
+        error.value.cause,
+    )
+
+
+def test_the_longest_value_the_image_takes_is_one_argument_linux_can_carry():
+    from sagetrain.config.hyperparameters import decode_value
+    from sagetrain.config.limits import MAX_HYPERPARAMETER_VALUE
+    from sagetrain.launch.spec import MAX_ENV_STRING_BYTES
+    from sagetrain.mapping_compat import to_cmd_args
+
+    widest = "\U0001f600"  # 4 bytes in UTF-8, one character of JSON text
+    as_text = functools.partial(json.dumps, ensure_ascii=False)
+    for text in (as_text(widest * (MAX_HYPERPARAMETER_VALUE - 2)),
+                 as_text({"k": [widest * (MAX_HYPERPARAMETER_VALUE - 11)]})):  # fmt: skip
+        assert len(text) == MAX_HYPERPARAMETER_VALUE
+        (_, argument) = to_cmd_args({"x": decode_value(text)})
+        assert len(argument.encode()) + 1 < MAX_ENV_STRING_BYTES
+
+
+def test_a_huge_value_is_quoted_by_its_start_and_its_size():
+    from sagetrain.config.files import quoted
+
+    assert quoted("algo-1") == "'algo-1'"
+    assert quoted("x" * 100) == "'" + "x" * 79 + "… (100 characters)"
+    assert quoted(["algo"] * 1000).endswith("… (1,000 items)")
+    assert quoted(10**100).endswith("… (101 characters written out)")
+
+
+def test_a_host_list_that_is_not_a_list_of_names_is_quoted_by_its_start(tmp_path):
+    cause = limit_error(tmp_path, resources={"current_host": "algo-1", "hosts": ["algo-1", 2] * 100_000})
+    assert cause.endswith("must be a list of host names, got ['algo-1', 2, 'algo-1', 2, 'algo-1', 2, "
+                          "'algo-1', 2, 'algo-1', 2, 'algo-1', 2, '… (200,000 items)")  # fmt: skip

@@ -56,6 +56,27 @@ CASES = {
         lambda t: t.write_config("inputdataconfig.json", {"validation": {"TrainingInputMode": "File"}}),
         "declares channel 'validation' but its folder",
     ),
+    "more hyperparameters than the limit": (
+        {**GOOD, **{f"hp_{index}": index for index in range(256)}},
+        None,
+        "hyperparameters.json holds 257 hyperparameters, more than the 256 this image takes (SageMaker takes "
+        "100 in a training job",
+    ),
+    "more channels than the limit": (
+        GOOD,
+        lambda t: t.write_config(
+            "inputdataconfig.json", {f"c{index}": {"TrainingInputMode": "File"} for index in range(101)}
+        ),
+        "inputdataconfig.json declares 101 channels, more than the 100 this image takes (SageMaker takes 20",
+    ),
+    "more hosts than the limit": (
+        GOOD,
+        lambda t: t.write_config(
+            "resourceconfig.json",
+            {"current_host": "algo-1", "hosts": [f"algo-{index}" for index in range(1, 2050)]},
+        ),
+        "resourceconfig.json field hosts lists 2,049 hosts, more than the 2,048 this image runs",
+    ),
     "SMDDP requested": (
         {**GOOD, "sagemaker_distributed_dataparallel_enabled": True},
         None,
@@ -80,3 +101,25 @@ def test_bad_input_fails_fast_with_one_sentence(job, case):
     assert not lines[0].startswith("Framework Error")
     assert expected in output  # also on stderr, for the job's log
     assert not tree.success.exists()
+
+
+def million_hyperparameters() -> str:
+    """hyperparameters.json with 1,000,000 keys (46 MB), written as SageMaker writes values."""
+    entries = (f'"hyperparameter_{index:07d}": "\\"value {index}\\""' for index in range(1_000_000))
+    return '{"sagemaker_program": "\\"train.py\\"", ' + ", ".join(entries) + "}"
+
+
+@pytest.mark.timeout(60)
+def test_a_million_hyperparameters_end_with_the_limit_not_an_internal_error(job):
+    tree = job(GOOD)
+    tree.write_code("train.py", "raise SystemExit('the program must not run')\n")
+    tree.write_config("hyperparameters.json", million_hyperparameters())
+    code, output = tree.run()
+    assert code == 1, output[-2000:]
+    failure = tree.failure.read_text()
+    first = failure.splitlines()[0]
+    assert first.startswith(f"{tree.root}/input/config/hyperparameters.json is ")
+    assert "bytes, more than the 4,194,304 bytes (4 MiB) this image reads from a configuration file" in first
+    assert "SageMaker takes at most 100 hyperparameters" in first
+    assert failure == first + "\n" or failure == first
+    assert "Traceback" not in output and "internal error" not in output and "Argument list" not in output

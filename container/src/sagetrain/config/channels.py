@@ -13,9 +13,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from sagetrain.config.files import quoted
+from sagetrain.config.limits import MAX_CHANNELS, SAGEMAKER_MAX_CHANNELS
 from sagetrain.errors import UserError
 
-# SageMaker's own rule for channel names: they become folder names and SM_CHANNEL_<NAME> variables.
+# SageMaker's own rule for channel names (config/limits.py): they become folder names and
+# SM_CHANNEL_<NAME> variables.
 CHANNEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -47,19 +50,27 @@ def _member(kind: type[Enum], value: object, source: Path, name: str, field: str
         return kind(value)
     except ValueError:
         known = ", ".join(str(member.value) for member in kind)
-        raise UserError(f"{source} channel {name!r} has {field} {value!r}; expected one of {known}") from None
+        raise UserError(
+            f"{source} channel {name!r} has {field} {quoted(value)}; expected one of {known}"
+        ) from None
 
 
 def parse_channels(raw: Mapping[str, Any], source: Path) -> tuple[Channel, ...]:
+    if len(raw) > MAX_CHANNELS:
+        raise UserError(
+            f"{source} declares {len(raw):,} channels, more than the {MAX_CHANNELS} this image takes "
+            f"(SageMaker takes {SAGEMAKER_MAX_CHANNELS} in a training job); put related data in one "
+            "channel, a folder each"
+        )
     channels = []
     for name, spec in raw.items():
         if not CHANNEL_NAME.fullmatch(name):
             raise UserError(
-                f"{source} channel {name!r}: a channel name may hold only letters, digits, '.', '-' and "
-                "'_' (at most 64); rename the channel"
+                f"{source} channel {quoted(name)}: a channel name may hold only letters, digits, '.', '-' "
+                "and '_' (at most 64); rename the channel"
             )
         if not isinstance(spec, dict):
-            raise UserError(f"{source} channel {name!r} must be an object, got {spec!r}")
+            raise UserError(f"{source} channel {name!r} must be an object, got {quoted(spec)}")
         content_type = spec.get("ContentType")
         channels.append(
             Channel(

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from sagetrain.config.limits import MAX_CONFIG_FILE_BYTES
 from sagetrain.errors import UserError
 
 
-def read_json_object(path: Path, *, required: bool = True) -> dict[str, Any]:
-    """The JSON object in ``path``; ``{}`` when the file is optional and absent. Every text in it is
-    checked to be one the environment and the file system can carry (no NUL, no lone surrogate)."""
+def read_json_object(path: Path, *, required: bool = True, too_large_hint: str = "") -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` when the file is optional and absent. A file larger than any
+    SageMaker writes is refused before it is read (``too_large_hint`` says what SageMaker's limits on it
+    are and what to do instead). Every text in it is checked to be one the environment and the file
+    system can carry (no NUL, no lone surrogate)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_bounded(path, too_large_hint).decode("utf-8")
     except FileNotFoundError:
         if not required:
             return {}
@@ -34,6 +38,38 @@ def read_json_object(path: Path, *, required: bool = True) -> dict[str, Any]:
         raise UserError(f"{path} must hold a JSON object, found {type(value).__name__}")
     check_texts(value, path)
     return value
+
+
+def quoted(value: object, limit: int = 80) -> str:
+    """``repr(value)`` as a message quotes it: whole when short, else its start and its size, so that a
+    huge input never makes a huge message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        size = f"{len(value):,} characters"
+    elif isinstance(value, list | dict):
+        size = f"{len(value):,} items"
+    else:
+        size = f"{len(text):,} characters written out"
+    return f"{text[:limit]}… ({size})"
+
+
+def _read_bounded(path: Path, too_large_hint: str) -> bytes:
+    """The file's bytes, or a UserError when it holds more than MAX_CONFIG_FILE_BYTES. The size is
+    checked before reading and the read stops one byte past the limit, so neither a huge file nor one
+    whose size stat cannot tell (a pipe, /dev/zero) is ever held in memory."""
+    with path.open("rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        data = b"" if size > MAX_CONFIG_FILE_BYTES else file.read(MAX_CONFIG_FILE_BYTES + 1)
+    if size > MAX_CONFIG_FILE_BYTES or len(data) > MAX_CONFIG_FILE_BYTES:
+        held = f"is {size:,} bytes, more" if size > MAX_CONFIG_FILE_BYTES else "is larger"
+        raise UserError(
+            f"{path} {held} than the {MAX_CONFIG_FILE_BYTES:,} bytes "
+            f"({MAX_CONFIG_FILE_BYTES >> 20} MiB) this image reads from a configuration file"
+            + (too_large_hint or "; SageMaker writes none that large, so check what wrote the file")
+        )
+    return data
 
 
 def _text_problem(text: str) -> str | None:

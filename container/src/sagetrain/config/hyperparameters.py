@@ -21,7 +21,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sagetrain.config.files import check_texts
+from sagetrain.config.files import check_texts, quoted
+from sagetrain.config.limits import (
+    MAX_HYPERPARAMETER_NAME,
+    MAX_HYPERPARAMETER_VALUE,
+    MAX_HYPERPARAMETERS,
+    SAGEMAKER_MAX_HYPERPARAMETER_NAME,
+    SAGEMAKER_MAX_HYPERPARAMETER_VALUE,
+    SAGEMAKER_MAX_HYPERPARAMETERS,
+)
 from sagetrain.config.mpi_options import PLAN_OWNED, options
 from sagetrain.engines import REGISTRY, Engine
 from sagetrain.errors import UserError
@@ -58,9 +66,44 @@ def decode_hyperparameters(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {key: decode_value(value) for key, value in raw.items()}
 
 
+# What read_json_object adds when hyperparameters.json is larger than any configuration file.
+TOO_LARGE_HINT = (
+    f"; SageMaker takes at most {SAGEMAKER_MAX_HYPERPARAMETERS} hyperparameters, with names of up to "
+    f"{SAGEMAKER_MAX_HYPERPARAMETER_NAME} and values of up to {SAGEMAKER_MAX_HYPERPARAMETER_VALUE:,} "
+    "characters, which fit in far less: pass large settings as a file in a data channel"
+)
+
+
+def check_hyperparameter_sizes(raw: Mapping[str, Any], source: Path) -> None:
+    """Refuse more hyperparameters, or a longer name or value, than this image takes (config/limits.py),
+    naming the limit, SageMaker's own and the field. Values are measured as SageMaker measures them:
+    the JSON text it was given, before decoding."""
+    if len(raw) > MAX_HYPERPARAMETERS:
+        raise UserError(
+            f"{source} holds {len(raw):,} hyperparameters, more than the {MAX_HYPERPARAMETERS} this image "
+            f"takes (SageMaker takes {SAGEMAKER_MAX_HYPERPARAMETERS} in a training job, more only in a "
+            "tuning job's); pass the rest as a file in a data channel"
+        )
+    for key, value in raw.items():
+        if len(key) > MAX_HYPERPARAMETER_NAME:
+            raise UserError(
+                f"{source} field {quoted(key)}: a hyperparameter name may be at most "
+                f"{MAX_HYPERPARAMETER_NAME} characters long (SageMaker's limit); shorten it"
+            )
+        length = len(value) if isinstance(value, str) else len(json.dumps(value))
+        if length > MAX_HYPERPARAMETER_VALUE:
+            raise UserError(
+                f"{source} field {quoted(key)} has a value of {length:,} characters, more than the "
+                f"{MAX_HYPERPARAMETER_VALUE:,} this image takes (SageMaker takes "
+                f"{SAGEMAKER_MAX_HYPERPARAMETER_VALUE:,}); put the value in a file in a data channel and "
+                "pass its path instead"
+            )
+
+
 def read_hyperparameters(raw: Mapping[str, Any], source: Path) -> dict[str, Any]:
     """The decoded hyperparameters of ``source``, checked: every one becomes ``--name value`` and
-    ``SM_HP_<NAME>``, so a name or value neither can carry is refused, naming it."""
+    ``SM_HP_<NAME>``, so too many, or a name or value neither can carry, is refused, naming it."""
+    check_hyperparameter_sizes(raw, source)
     decoded = {}
     for key, value in raw.items():
         try:

@@ -10,6 +10,7 @@ from sagetrain.config.channels import Channel, check_channel_folders, parse_chan
 from sagetrain.config.files import read_json_object
 from sagetrain.config.hyperparameters import (
     SAGETRAIN_PREFIX,
+    TOO_LARGE_HINT,
     JobSettings,
     parse_settings,
     read_hyperparameters,
@@ -49,7 +50,9 @@ def load_job_config(root: Path, *, check_channels: bool = True) -> JobConfig:
     paths = Paths(root)
     raw_resources = read_json_object(paths.resource_config)
     resources = parse_resource_config(raw_resources, paths.resource_config)
-    raw_hyperparameters = read_json_object(paths.hyperparameters, required=False)
+    raw_hyperparameters = read_json_object(
+        paths.hyperparameters, required=False, too_large_hint=TOO_LARGE_HINT
+    )
     hyperparameters = read_hyperparameters(raw_hyperparameters, paths.hyperparameters)
     # With the SageMaker SDK v3's SourceCode, its sourcecode.json names the program.
     settings = with_source_code(parse_settings(hyperparameters, paths.hyperparameters), paths)

@@ -3,12 +3,15 @@ written here the way SageMaker writes it on each host (for local clusters and te
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sagetrain.config.files import quoted
+from sagetrain.config.limits import MAX_HOST_NAME_CHARACTERS, MAX_HOSTS
 from sagetrain.errors import UserError
 
 # What a host name may be (RFC 1123 labels, as SageMaker's algo-N and local mode's algo-N-xxxxx are):
@@ -45,15 +48,29 @@ class ResourceConfig:
 
 def _host_list(value: Any, source: str, field: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(h, str) and h for h in value):
-        raise UserError(f"{source} field {field} must be a list of host names, got {value!r}")
+        raise UserError(f"{source} field {field} must be a list of host names, got {quoted(value)}")
+    # Counted before each name is checked: the list may be as long as the file allows.
+    if len(value) > MAX_HOSTS:
+        raise UserError(
+            f"{source} field {field} lists {len(value):,} hosts, more than the {MAX_HOSTS:,} this image runs "
+            "(SageMaker's own limit is your account's instance quota); run the job on fewer instances"
+        )
+    characters = sum(len(host) for host in value)
+    if characters > MAX_HOST_NAME_CHARACTERS:
+        raise UserError(
+            f"{source} field {field} names its hosts in {characters:,} characters, more than the "
+            f"{MAX_HOST_NAME_CHARACTERS:,} that fit in mpirun's host list and TF_CONFIG (SageMaker's names, "
+            "algo-1, algo-2…, take far less); use shorter host names"
+        )
     bad = next((host for host in value if len(host) > 253 or not HOST_NAME.fullmatch(host)), None)
     if bad is not None:
         raise UserError(
-            f"{source} field {field} lists {bad!r}, which is not a host name (letters, digits, '-' and '.' "
-            "only); fix the file"
+            f"{source} field {field} lists {quoted(bad)}, which is not a host name (letters, digits, '-' and "
+            "'.' only); fix the file"
         )
-    if len(set(value)) != len(value):
-        raise UserError(f"{source} field {field} lists a host twice: {value!r}")
+    twice = next((host for host, count in collections.Counter(value).items() if count > 1), None)
+    if twice is not None:
+        raise UserError(f"{source} field {field} lists a host twice: {twice!r}")
     return tuple(value)
 
 
@@ -63,18 +80,23 @@ def parse_resource_config(raw: Mapping[str, Any], source: Path) -> ResourceConfi
         raise UserError(f"{source} field hosts is empty; it must list every host of the job")
     current = raw.get("current_host")
     if not isinstance(current, str) or not current:
-        raise UserError(f"{source} field current_host must be a host name, got {current!r}")
-    if current not in hosts:
-        raise UserError(f"{source} field current_host {current!r} is not in hosts {list(hosts)}")
+        raise UserError(f"{source} field current_host must be a host name, got {quoted(current)}")
+    known = set(hosts)
+    if current not in known:
+        raise UserError(
+            f"{source} field current_host {quoted(current)} is not in hosts {quoted(list(hosts))}"
+        )
     groups = []
     for index, group in enumerate(raw.get("instance_groups") or []):
         where = f"instance_groups[{index}]"
         if not isinstance(group, dict) or not isinstance(group.get("instance_group_name"), str):
             raise UserError(f"{source} field {where} must be an object with instance_group_name")
         group_hosts = _host_list(group.get("hosts"), str(source), f"{where}.hosts")
-        stray = [h for h in group_hosts if h not in hosts]
+        stray = [h for h in group_hosts if h not in known]
         if stray:
-            raise UserError(f"{source} field {where}.hosts names hosts that are not in hosts: {stray}")
+            raise UserError(
+                f"{source} field {where}.hosts names hosts that are not in hosts: {quoted(stray)}"
+            )
         groups.append(
             InstanceGroup(
                 group["instance_group_name"],
@@ -84,7 +106,7 @@ def parse_resource_config(raw: Mapping[str, Any], source: Path) -> ResourceConfi
         )
     interface = raw.get("network_interface_name")
     if interface is not None and not isinstance(interface, str):
-        raise UserError(f"{source} field network_interface_name must be a string, got {interface!r}")
+        raise UserError(f"{source} field network_interface_name must be a string, got {quoted(interface)}")
     return ResourceConfig(
         current_host=current,
         hosts=hosts,

@@ -4,10 +4,11 @@ runs."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,14 +20,25 @@ from sagetrain.config.paths import ROOT_ENV
 from sagetrain.config.toolkit_env import NUM_CPUS_VAR, TRAINING_JOB_NAME_VAR, toolkit_env_vars
 from sagetrain.contracts import HostFacts, RunDir
 from sagetrain.deadline import Deadline
+from sagetrain.errors import UserError
 from sagetrain.launch.membership import Membership
 from sagetrain.plan.model import Plan
 from sagetrain.program.kind import Program, adjusted_user_hyperparameters, program_argv
 
-# Linux refuses an environment string ("NAME=value") longer than this (MAX_ARG_STRLEN): 100
-# hyperparameters of 2,500 characters, which SageMaker accepts, make SM_HPS, SM_USER_ARGS and
+# Linux refuses an environment string ("NAME=value") or an argument longer than this (MAX_ARG_STRLEN):
+# 100 hyperparameters of 2,500 characters, which SageMaker accepts, make SM_HPS, SM_USER_ARGS and
 # SM_TRAINING_ENV longer.
 MAX_ENV_STRING_BYTES = 128 * 1024
+# Linux refuses to start a program whose arguments and environment together take more than ARG_MAX, a
+# quarter of the stack limit: 2 MiB under the usual 8 MiB (Docker's and SageMaker's default). Every
+# hyperparameter is in both, as --name value and SM_HP_<NAME>; SageMaker's limits keep plain text well
+# within it, but 100 values of 2,500 CJK characters inside lists (3 bytes each as arguments, 6 as the
+# toolkit's \uXXXX in SM_HP_*) already take 2.4 MB.
+MAX_EXEC_BYTES = 2 * 1024 * 1024
+# Kept free for what is added after the spec: mpirun's -x list and host list, the variables it gives a
+# rank (OMPI_ARGV repeats the command line when that is under 128 KiB), or TF_CONFIG (104 KiB at most
+# within the host limits, config/limits.py); and each rank's own variables.
+EXEC_RESERVE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,27 @@ def too_long_for_the_environment(
     return kept, moved
 
 
+def exec_bytes(argv: Sequence[str], env: Mapping[str, str]) -> int:
+    """What starting ``argv`` with ``env`` takes of ARG_MAX: each string with its NUL, and a pointer to
+    each. Pure."""
+    strings = [*argv, *(f"{name}={value}" for name, value in env.items())]
+    return sum(len(os.fsencode(string)) + 1 + 8 for string in strings) + 16
+
+
+def check_fits_one_exec(argv: Sequence[str], env: Mapping[str, str], source: Path) -> None:
+    """Refuse a program Linux would not start ("Argument list too long"). No one argument or variable
+    can be too long by then: a hyperparameter value is within 128 KiB (config/limits.py), a longer
+    variable is in a file (too_long_for_the_environment). Pure."""
+    size, limit = exec_bytes(argv, env), MAX_EXEC_BYTES - EXEC_RESERVE_BYTES
+    if size > limit:
+        raise UserError(
+            f"{source} holds hyperparameters that, passed as --name value and as SM_HP_<NAME>, make the "
+            f"program's arguments and environment {size:,} bytes, more than the {limit:,} that fit under "
+            f"Linux's {MAX_EXEC_BYTES >> 20} MiB for starting a program with room for the launchers; shorten "
+            "the longest or pass them as a file in a data channel"
+        )
+
+
 def env_added(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """What ``env`` adds to, or changes in, ``environ`` (what the dry run shows)."""
     return {name: value for name, value in sorted(env.items()) if environ.get(name) != value}
@@ -132,6 +165,7 @@ def build_spec(
     }
     job_env, env_files = too_long_for_the_environment(job_env, run_dir)
     launcher = rank_launcher_argv()
+    check_fits_one_exec([*launcher, *argv], job_env, config.paths.hyperparameters)
     # mpirun gives every rank its whole command line in one variable (OMPI_ARGV), which must fit too.
     in_file = user_args and len(shlex.join(argv).encode()) + 64 > MAX_ENV_STRING_BYTES
     if in_file:
