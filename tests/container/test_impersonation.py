@@ -28,7 +28,6 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 AWS_SECRET = "aws-secret-of-the-job-0123456789"
 MPI = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1}
 ATTACKER = CASES / "attacker"
-FLOOD_SECONDS = 45
 
 
 def outsider(running, image: str, tmp_path, name: str, args: list[str], seconds: float) -> dict:
@@ -85,14 +84,15 @@ def test_guesses_floods_and_malformed_messages_leave_the_job_its_own(tmp_path, c
     )  # fmt: skip
     flooded: dict = {}
     flooding = threading.Thread(
-        target=lambda: flooded.update(
-            outsider(running, cpu_image, tmp_path, "flood", ["flood", "--seconds", str(FLOOD_SECONDS)], 300)
-        )
+        target=lambda: flooded.update(outsider(running, cpu_image, tmp_path, "flood", ["flood"], 600))
     )
     flooding.start()
     names = ",".join(f"{running.job_name[:-1]}{n}x" for n in range(12))  # near misses, never the name
     guessed = outsider(running, cpu_image, tmp_path, "guess", ["guess", "--names", names], 300)
-    flooding.join(320)
+    # The flood goes on until algo-2, starting late, has joined and mpirun has started every rank.
+    running.wait_for_line(r"mpirun command:", timeout=300, host="algo-1")
+    DOCKER.run(["stop", f"{running.job_name}-flood"], Deadline(60, "the flood to stop"))
+    flooding.join(60)
     result = running.wait()
 
     assert_the_job_is_its_own(result)

@@ -1,9 +1,17 @@
 """The coordinator over real loopback sockets: joining, rejection, lost peers, rank reports, and peers that
 cannot prove membership of the job."""
 
+import contextlib
+import select
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError, UserError
+from sagetrain.launch import coordinator as coordinator_module
 from sagetrain.launch.admission import PAUSE_SECONDS, Admission
 from sagetrain.launch.coordination import wait_for_hosts
 from sagetrain.launch.coordinator import (
@@ -208,3 +216,75 @@ def test_a_message_altered_or_replayed_on_a_joined_connection_is_dropped_with_th
     client._connection.sock.sendall(b'{"type": "outcome", "verdict": {"exit_code": 0}, "mac": "00"}\n')
     assert expect(events, HostChanged, HostState.LOST).host == "algo-2"
     client.close()
+
+
+def closed_after(port: int, sending: bytes, pause: float, limit: float) -> float:
+    """Send ``sending`` ``pause`` seconds a byte (all at once when 0); seconds until the master closed."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=limit) as sock:
+        chunks = [bytes([byte]) for byte in sending] if pause else [sending]
+        for chunk in chunks:
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                break
+            readable, _, _ = select.select([sock], [], [], pause)
+            if readable and not sock.recv(4096):
+                break
+        else:
+            with contextlib.suppress(OSError):
+                while sock.recv(4096):
+                    pass
+    return time.monotonic() - started
+
+
+def test_slow_silent_and_malformed_peers_are_dropped_at_the_handshake_deadline_and_a_member_joins(
+    master, monkeypatch
+):
+    monkeypatch.setattr(coordinator_module, "HANDSHAKE_SECONDS", 1.0)
+    uncaught = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    events, _, port = master
+    slow = b'{"type": "pake_start", "host": "algo-2", "pake": "QUJD"}\n'
+    peers = {
+        "slow": (slow, 0.25),  # would take 14 s
+        "silent": (b"", 0),
+        "deep": (b"[" * 1000 + b"\n", 0),  # json cannot read it: RecursionError
+        "long": (b"x" * 100_000, 0),
+        "not a message": (b'{"type": "pake_start"}\n', 0),
+    }
+    with ThreadPoolExecutor(len(peers)) as pool:
+        held = {
+            name: pool.submit(closed_after, port, data, pause, 20) for name, (data, pause) in peers.items()
+        }
+        member = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
+        member.join(Hello(ssh_host_key="question 3"), Deadline(10, "the master"))
+        assert expect(events, HostChanged, HostState.JOINED).host == "algo-2"
+        seconds = {name: future.result(30) for name, future in held.items()}
+    assert all(value < 5 for value in seconds.values()), seconds
+    assert uncaught == []
+    member.close()
+
+
+def test_a_peer_over_its_share_of_handshakes_is_turned_away_unheard_and_heard_again_after_its_pause(clock):
+    events = EventQueue()
+    server = CoordinatorServer(
+        events, ["algo-2"], lambda hello: Welcome(), host_keys=KEYS, bind_address="127.0.0.1",
+        admission=Admission(clock=clock, max_handshakes=8, max_per_peer=4),
+    )  # fmt: skip
+    port = server.start()
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]  # silent, within the deadline
+    try:
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
+        assert extra.recv(1) == b""  # closed at once: 127.0.0.1 has its 4 handshakes under way
+        extra.close()
+    finally:
+        for sock in held:
+            sock.close()  # four handshakes failed: the address is paused
+    try:
+        assert not send_rank_started(("127.0.0.1", port), KEYS["algo-2"], 1, "algo-2", seconds=1)
+        clock.now += PAUSE_SECONDS
+        assert send_rank_started(("127.0.0.1", port), KEYS["algo-2"], 1, "algo-2", seconds=15)
+        assert expect(events, RankReport) == RankReport(1, "algo-2")
+    finally:
+        server.close()

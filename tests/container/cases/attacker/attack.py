@@ -7,9 +7,10 @@ line: ``ATTACK {json}``.
   worker and to report rank 0 failed as the master's host. Records the master's answer to each try:
   ``welcome`` (joined), ``ack`` (report taken), ``wrong`` (the master answered the handshake: that guess
   was tested and was wrong), ``unheard`` (closed before the handshake: turned away).
-- ``flood``: hold --connections connections to the master's coordinator for --seconds, opening a new one
-  for each the master closes; meanwhile a client that sends one byte every 4 s, a line of deeply nested
-  JSON and a line longer than a handshake's. Records how long each of those kept its connection.
+- ``flood``: hold --connections connections to the master's coordinator for --seconds (or until stopped),
+  opening a new one for each the master closes; meanwhile a client that sends one byte every 4 s, a line
+  of deeply nested JSON and a line longer than a handshake's. Records how long each of those kept its
+  connection.
 - ``ssh``: log in to --ssh-host as root with a client key derived from the job's description (what the
   image once did for the SageMaker SDK's MPI driver), and fetch its host key.
 """
@@ -22,6 +23,8 @@ import hmac
 import json
 import resource
 import select
+import selectors
+import signal
 import socket
 import subprocess
 import threading
@@ -121,23 +124,24 @@ def flood(args: argparse.Namespace) -> dict:
     ]
     for thread in probes:
         thread.start()
-    held: list[socket.socket] = []
+    held = selectors.DefaultSelector()  # epoll: select() cannot watch descriptors past 1024
     opened = 0
     deadline = time.monotonic() + args.seconds
-    while time.monotonic() < deadline:
-        while len(held) < args.connections:
+    stopped = threading.Event()  # docker stop: report and end
+    signal.signal(signal.SIGTERM, lambda number, frame: stopped.set())
+    while time.monotonic() < deadline and not stopped.is_set():
+        while len(held.get_map()) < args.connections:
             try:
-                held.append(socket.create_connection(address, timeout=5))
+                held.register(socket.create_connection(address, timeout=5), selectors.EVENT_READ)
                 opened += 1
             except OSError:
                 break
-        readable, _, _ = select.select(held, [], [], 1.0)
-        for sock in readable:  # closed by the master: open another
-            held.remove(sock)
-            sock.close()
-    peak = len(held)
-    for sock in held:
-        sock.close()
+        for key, _ in held.select(1.0):  # closed by the master: open another
+            held.unregister(key.fileobj)
+            key.fileobj.close()  # type: ignore[union-attr]
+    peak = len(held.get_map())
+    for key in list(held.get_map().values()):
+        key.fileobj.close()  # type: ignore[union-attr]
     for thread in probes:
         thread.join(130)
     return {"opened": opened, "held_at_end": peak, **results}
@@ -183,7 +187,7 @@ def main() -> None:
     parser.add_argument("--host", default="algo-2")
     parser.add_argument("--port", type=int, default=7077)
     parser.add_argument("--connections", type=int, default=1100)
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=500.0)
     parser.add_argument("--ssh-host", default="algo-2")
     args = parser.parse_args()
     action = {"guess": guess, "flood": flood, "ssh": derived_key_login}[args.mode]
