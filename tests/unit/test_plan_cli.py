@@ -87,6 +87,19 @@ def test_bad_input_is_one_sentence_and_nonzero(tmp_path):
     assert result.stderr.strip().endswith("current_host 'algo-3' is not in hosts ['algo-1']")
 
 
+def test_a_bad_input_sentence_masks_the_jobs_secrets(tmp_path):
+    secret = "hunter2's-secret"
+    write(
+        tmp_path,
+        ["algo-1"],
+        {"sagemaker_program": "train.py", "api_token": secret, "sagetrain_ssh_port": secret},
+    )
+    result = plan(tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.rstrip().endswith('field sagetrain_ssh_port must be an integer >= 1, got "***"')
+    assert "hunter2" not in result.stderr
+
+
 def tree_listing(root):
     return sorted((str(path.relative_to(root)), path.stat().st_mtime_ns) for path in root.rglob("*"))
 

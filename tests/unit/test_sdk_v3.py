@@ -400,6 +400,24 @@ def test_the_hook_refuses_a_command_asking_for_mpi_with_one_sentence_and_exit_1(
     assert completed.stderr.strip() == f"sagetrain: {failure.strip()}"
 
 
+def test_a_failure_the_hook_writes_masks_the_jobs_secrets(tmp_path):
+    secret, nested, env_secret = "it's a secret", "nested'pw", "env-secret$"
+    root = write_job(tmp_path, "algo-1", {"api_token": secret, "db": {"password": nested}}, COMMAND)
+    source = Path(__file__).resolve().parents[2] / "container" / "src"
+    cause = f"cannot prepare: {ValueError(secret, nested, env_secret)!r} {[secret]}"
+    hook = f"import os; from sagetrain.sdk import v3; v3.fail_at_once({cause!r}, 2, os.environ)"
+    completed = subprocess.run(
+        [sys.executable, "-c", hook],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(source), "DB_PASSWORD": env_secret,
+             **command_environ(root)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    failure = (root / "output" / "failure").read_text()
+    assert completed.returncode == 2, completed.stderr
+    assert failure == 'cannot prepare: ValueError("***", "***", \'***\') ["***"]\n'
+    assert completed.stderr == f"sagetrain: {failure}"
+
+
 def test_the_own_python_of_an_entry_script_job_is_left_alone(tmp_path):
     """E.g. the pip that installs SourceCode(requirements=...): no command, nothing decided or marked."""
     environ = command_environ(write_job(tmp_path, "algo-1", {"sagemaker_mpi_enabled": True}, SOURCE_CODE))

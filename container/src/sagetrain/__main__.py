@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sagetrain import contracts
+from sagetrain.config.job import read_job_redactor
 from sagetrain.config.paths import root_from_environ
 from sagetrain.engines import load
 from sagetrain.errors import SagetrainError
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         description = plan_command(root, args.gpus, args.cpus)
     except SagetrainError as error:
-        print(f"sagetrain plan: {error.cause}", file=sys.stderr)
+        cause = read_job_redactor(root, os.environ)(error.cause)
+        print(f"sagetrain plan: {cause}", file=sys.stderr)
         raise SystemExit(error.exit_code) from None
     json.dump(description, sys.stdout, indent=2)
     sys.stdout.write("\n")

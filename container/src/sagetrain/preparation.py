@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sagetrain import legacy_keras
 from sagetrain.config.devices import Devices, detect_devices
-from sagetrain.config.job import JobConfig, load_job_config
+from sagetrain.config.job import JobConfig, job_redactor, load_job_config, read_job_redactor
 from sagetrain.config.job_secret import JobSecret, read_job_secret
 from sagetrain.config.paths import root_from_environ
 from sagetrain.errors import SagetrainError
@@ -56,13 +56,18 @@ def prepare_job(
     """This host's job: its configuration (channels checked when it runs), devices (``gpus``/``cpus``:
     as if the host had that many) and plan. ``learn_secrets`` gets the job's secrets as soon as the
     configuration is read, before anything else logs."""
-    config = load_job_config(
-        root or root_from_environ(environ), check_channels=preparation is Preparation.RUN
-    )
+    root = root or root_from_environ(environ)
+    try:
+        config = load_job_config(root, check_channels=preparation is Preparation.RUN)
+    except SagetrainError:
+        learn_secrets(read_job_redactor(root, environ))  # for the message about what did not load
+        raise
+    redactor = job_redactor(config.hyperparameters, environ)
+    learn_secrets(redactor)  # before the secret's file is read: what goes wrong there is said masked
     secret = read_job_secret(config, environ, required=preparation is Preparation.RUN)
-    redactor = Redactor.for_job(config.hyperparameters, config.settings.custom_mpi_options, environ)
-    redactor = Redactor.of((*redactor.secrets, *secret.texts()))
-    learn_secrets(redactor)
+    if secret.texts():
+        redactor = Redactor.of((*redactor.secrets, *secret.texts()))
+        learn_secrets(redactor)
     detected = detect_devices(environ)
     devices = dataclasses.replace(
         detected, gpus=detected.gpus if gpus is None else gpus, cpus=detected.cpus if cpus is None else cpus

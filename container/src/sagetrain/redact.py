@@ -1,26 +1,33 @@
 """Secrets: which names look secret, which variables stay on their host, and masking secret values in
-everything we print or write about the job (log lines, the dry run, the failure file).
+everything we print or write about the job (log lines, the dry run, the failure file, rank reports).
 
-A value is secret when its name says so (token, secret, password, key, credential, auth…): a
-hyperparameter's, an environment variable's, or a ``-x NAME=VALUE`` in the custom mpirun options. The
-program still receives every value unchanged; only our own text about it is masked. Pure.
+What is secret (``Redactor.for_job``): the value of a hyperparameter, an environment variable or a
+``-x NAME=VALUE`` mpirun option whose name looks secret (``looks_secret``), at any depth of a dict- or
+list-valued hyperparameter (``{"db": {"password": ...}}``), also inside a string that holds JSON; and
+the password of a URL written with one (``scheme://user:password@host``), wherever it is.
+
+How it is masked: by structure first, text last. Where we make text out of parts (an argv joined for the
+log, the dry run's JSON, a log record's arguments), each part is masked before it is quoted, joined or
+dumped, so no quoting can carry a secret past the mask. Text we did not make (a cause quoting an
+exception's repr, the program's last lines) is masked in every form a value takes under the escapings a
+job applies to it: as given, inside JSON, inside a Python repr, inside shell single quotes, and any two
+of these in turn (the toolkit's ``SM_USER_ARGS`` is a JSON list of arguments that may hold a dict's
+repr). The program still receives every value unchanged; only our own text about it is masked. Pure.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 MASK = "***"
-_SECRET_NAME = re.compile(
-    r"token|secret|passw(or)?d|passphrase|credential|auth|api_?key|access_?key|private_?key|(^|[_.-])key$",
-    re.IGNORECASE,
-)
 # Each host has its own credential provider (SageMaker's container credentials, an instance role): these
 # are never copied from one host's environment to another's.
 AWS_CREDENTIAL_VARS = frozenset(
@@ -36,13 +43,59 @@ AWS_CREDENTIAL_VARS = frozenset(
         "AWS_WEB_IDENTITY_TOKEN_FILE",
     }
 )
-# Shorter values are not masked: masking "1" or "on" everywhere would garble every line, and a secret that
-# short protects nothing.
+# Values with fewer characters than this (whitespace not counted) are not masked: masking "1", "on" or a
+# run of spaces everywhere would garble every line, and a secret that short protects nothing.
 MIN_MASKED_LENGTH = 4
+
+# A name's words: split at anything but letters and digits (_ - . /) and at camelCase boundaries, so
+# "dbPassword", "HFToken" and "AWS_SECRET_ACCESS_KEY" are read word by word. A word, not a substring,
+# decides: "keras", "monkey", "passes", "author", "tokenizer" and "path" hold no secret word.
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# A secret word, or one glued to the word that usually comes before it ("apikey", "accesstoken").
+_SECRET_WORD = re.compile(
+    r"(?:api|access|secret|private|session|auth|client|bearer|refresh|id|ssh|signing|encryption|master|pass)?"
+    r"(?:keys?|tokens?|secrets?|passwords?|passwd|pass|pwd|pw|passphrase|passcode|pat|credentials?|creds?"
+    r"|auth|authorization|private)"
+)
+# "key" and "token" also name what is no secret: a tokenizer's vocabulary (pad_token, eos_token_id),
+# counts and sizes (max_tokens, num_keys, key_length, key_dim) and a dataset's fields (label_key). Next
+# to one of these words they are not taken as secret.
+_VOCABULARY_WORDS = frozenset({"key", "keys", "token", "tokens"})
+_NOT_SECRET_BEFORE = frozenset(
+    {"pad", "eos", "bos", "unk", "mask", "sep", "cls", "special", "start", "end", "stop", "max", "min", "num",
+     "n", "total", "sort", "label", "text", "image", "input", "output", "target", "feature", "column",
+     "metric", "monitor", "public"}
+)  # fmt: skip
+_NOT_SECRET_AFTER = frozenset(
+    {"count", "counts", "len", "length", "size", "limit", "limits", "num", "number", "index", "idx", "type",
+     "dim", "dims"}
+)  # fmt: skip
+# The shell's working directories, not passwords.
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# A name ending in one of these says where a secret is kept, not the secret: sagetrain_job_secret_channel,
+# ssh_key_path, a secret's name or ARN in a secrets manager.
+_LOCATION_WORDS = frozenset({"channel", "file", "path", "dir", "folder", "location", "name", "arn", "id"})
+# The password of a URL that carries one: scheme://user:password@host
+_URL_PASSWORD = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@")
+# JSON literals and booleans: no secret, and everywhere.
+_NOT_SECRET_VALUES = frozenset({"true", "false", "null", "none"})
 
 
 def looks_secret(name: str) -> bool:
-    return _SECRET_NAME.search(name) is not None
+    if name in _NOT_SECRET_NAMES:
+        return False
+    words = [word.lower() for word in _WORD.findall(name)]
+    if words and words[-1] in _LOCATION_WORDS:
+        return False
+    for index, word in enumerate(words):
+        if not _SECRET_WORD.fullmatch(word):
+            continue
+        before = words[index - 1] if index > 0 else ""
+        after = words[index + 1] if index + 1 < len(words) else ""
+        if word in _VOCABULARY_WORDS and (before in _NOT_SECRET_BEFORE or after in _NOT_SECRET_AFTER):
+            continue
+        return True
+    return False
 
 
 def stays_on_host(name: str) -> bool:
@@ -51,73 +104,261 @@ def stays_on_host(name: str) -> bool:
     return name in AWS_CREDENTIAL_VARS or looks_secret(name)
 
 
-def _forms(value: Any) -> set[str]:
-    """The texts a value appears as: as given, inside JSON (escaped), and as JSON."""
-    forms = {value if isinstance(value, str) else json.dumps(value)}
-    if isinstance(value, str):
-        forms.add(json.dumps(value)[1:-1])
-    return {form for form in forms if len(form) >= MIN_MASKED_LENGTH}
+def _parsed(value: Any) -> Any:
+    """A string that holds a JSON object or array, parsed; anything else as it is."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+    return value
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """Every scalar under ``value``, and every string (also one that holds JSON: then its leaves too)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        parsed = _parsed(item)
+        if isinstance(item, str) or not isinstance(parsed, dict | list):
+            yield item
+        if isinstance(parsed, dict):
+            pending.extend(parsed.values())
+        elif isinstance(parsed, list):
+            pending.extend(parsed)
+
+
+def nested_secrets(name: str, value: Any) -> list[Any]:
+    """The secret values in an entry ``name: value``: all of ``value`` when ``name`` looks secret, else
+    what is under each key that does at any depth of ``value``; and every URL's password. Iterative:
+    the value may be nested as deep as JSON allows."""
+    found: list[Any] = []
+    pending: list[tuple[str, Any]] = [(name, value)]
+    while pending:
+        key, item = pending.pop()
+        if looks_secret(key):
+            found += _leaves(item)
+            continue
+        parsed = _parsed(item)
+        if isinstance(parsed, dict):
+            pending.extend((str(inner_key), inner) for inner_key, inner in parsed.items())
+        elif isinstance(parsed, list):
+            pending.extend(("", inner) for inner in parsed)
+        elif isinstance(item, str):
+            found += _URL_PASSWORD.findall(item)
+    return found
 
 
 def secret_option_values(mpi_options: Sequence[str]) -> list[str]:
-    """The values of ``-x NAME=VALUE`` options whose NAME looks secret."""
+    """The values of ``-x NAME=VALUE`` options whose NAME looks secret, and URL passwords."""
     values = []
     for flag, argument in itertools.pairwise(mpi_options):
         name, separator, value = argument.partition("=")
-        if flag.lstrip("-") == "x" and separator and looks_secret(name):
-            values.append(value)
+        if flag.lstrip("-") == "x" and separator:
+            values += nested_secrets(name, value)
     return values
+
+
+def shell_words(text: str) -> list[str]:
+    """``text`` cut into words as a POSIX shell cuts it, each as written (quotes and backslashes kept), so
+    a value can be masked in the text it was written in. Lenient: an open quote runs to the end."""
+    words: list[str] = []
+    start: int | None = None
+    quote = ""
+    escaped = False
+    for index, char in enumerate(text):
+        if start is None and not char.isspace():
+            start = index
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in ("'", '"'):
+            quote = char
+        elif char.isspace() and start is not None:
+            words.append(text[start:index])
+            start = None
+    if start is not None:
+        words.append(text[start:])
+    return words
+
+
+def _unquoted(word: str) -> str:
+    try:
+        return "".join(shlex.split(word)) or word
+    except ValueError:  # an open quote or a trailing backslash: the text after the quote, as written
+        return word.lstrip("'\"")
+
+
+def secret_option_texts(text: str) -> list[str]:
+    """In mpirun options written as one shell text (``sagemaker_mpi_custom_mpi_options``): each secret
+    ``-x NAME=VALUE``'s value both as mpirun gets it and as written (``'a b'``, ``a\\'b``, ``"x\\"y"``),
+    so the text itself (the toolkit's SM_TRAINING_ENV and SM_FRAMEWORK_PARAMS show it) can be masked."""
+    values: list[str] = []
+    for flag, word in itertools.pairwise(shell_words(text)):
+        value = _unquoted(word)
+        name, separator, parsed = value.partition("=")
+        if _unquoted(flag).lstrip("-") != "x" or not separator:
+            continue
+        secrets = nested_secrets(name, parsed)
+        values += secrets
+        if secrets and parsed in secrets:
+            # As written: after NAME= when the name is written plainly, else the whole word.
+            values.append(word[len(name) + 1 :] if word.startswith(name + "=") else word)
+    return values
+
+
+def _text(value: Any) -> str | None:
+    """A secret value as text, or None when it is no secret worth masking."""
+    if value is None or isinstance(value, bool):
+        return None
+    text = value if isinstance(value, str) else str(value)
+    if text.strip().lower() in _NOT_SECRET_VALUES:
+        return None
+    return text if sum(not char.isspace() for char in text) >= MIN_MASKED_LENGTH else None
+
+
+def _json_inner(ascii_only: bool) -> Callable[[str], str]:
+    return lambda text: json.dumps(text, ensure_ascii=ascii_only)[1:-1]
+
+
+def _repr_inner(text: str) -> str:
+    """Inside a Python repr quoted with ', as every repr of a text that holds a " is: ' escaped."""
+    return repr(text + '"')[1:-2]
+
+
+def _repr_inner_double(text: str) -> str:
+    """Inside a Python repr quoted with ", as a repr of a text holding ' and no " is."""
+    return repr(text + "'")[1:-2] if '"' not in text else text
+
+
+def _shell_inner(text: str) -> str:
+    """Inside shell single quotes, as shlex.quote writes a ' in a word it quotes."""
+    return text.replace("'", "'\"'\"'")
+
+
+_ESCAPINGS: tuple[Callable[[str], str], ...] = (
+    _json_inner(True),
+    _json_inner(False),
+    _repr_inner,
+    _repr_inner_double,
+    _shell_inner,
+)
+ESCAPING_DEPTH = 2  # SM_USER_ARGS: a dict's repr inside a JSON string
+
+
+def forms(secret: str) -> set[str]:
+    """The texts ``secret`` appears as after up to ESCAPING_DEPTH escapings, as given included."""
+    found = {secret}
+    for _ in range(ESCAPING_DEPTH):
+        found |= {escape(form) for form in found for escape in _ESCAPINGS}
+    return found
 
 
 @dataclass(frozen=True)
 class Redactor:
-    """Masks the secret values it was given wherever they appear in a text."""
+    """Masks the secret values it was given: in a text, and in each part of an argv or a structure
+    before it is joined or dumped."""
 
-    secrets: tuple[str, ...] = ()  # longest first, so a secret containing another is masked whole
+    secrets: tuple[str, ...] = ()  # the values as given, each long enough to mask
 
     @classmethod
     def of(cls, values: Iterable[Any]) -> Redactor:
-        forms: set[str] = set()
-        for value in values:
-            forms |= _forms(value)
-        return cls(tuple(sorted(forms, key=len, reverse=True)))
+        texts = {text for text in map(_text, values) if text is not None}
+        return cls(tuple(sorted(texts)))
 
     @classmethod
     def for_job(
-        cls, hyperparameters: Mapping[str, Any], mpi_options: Sequence[str], environ: Mapping[str, str]
+        cls,
+        hyperparameters: Mapping[str, Any],
+        mpi_options: Sequence[str],
+        environ: Mapping[str, str],
+        *,
+        mpi_options_text: str = "",
     ) -> Redactor:
-        """The secrets of a job: secret-named hyperparameters, custom mpirun options and variables."""
-        values: list[Any] = [value for name, value in hyperparameters.items() if looks_secret(name)]
+        """The secrets of a job: in its hyperparameters (nested keys too), its custom mpirun options (as
+        arguments, and as the text they were written in) and its variables (AWS credentials, secret
+        names, JSON values with secret keys)."""
+        values: list[Any] = []
+        for name, value in hyperparameters.items():
+            values += nested_secrets(name, value)
         values += secret_option_values(mpi_options)
-        values += [value for name, value in environ.items() if stays_on_host(name)]
+        values += secret_option_texts(mpi_options_text)
+        for name, value in environ.items():
+            values += [value] if name in AWS_CREDENTIAL_VARS else nested_secrets(name, value)
         return cls.of(values)
 
+    @functools.cached_property
+    def _pattern(self) -> re.Pattern[str] | None:
+        every = set().union(*map(forms, self.secrets)) if self.secrets else set()
+        # Longest first: a form that holds another is masked whole.
+        alternatives = sorted(every, key=lambda form: (-len(form), form))
+        return re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, MASK)
-        return text
+        return text if self._pattern is None else self._pattern.sub(MASK, text)
+
+    def argv(self, args: Iterable[str]) -> list[str]:
+        """Each argument masked, before anything quotes or joins them."""
+        return [self(arg) for arg in args]
+
+    def command_line(self, args: Iterable[str]) -> str:
+        """An argv as a shell reads it, each argument masked before it is quoted."""
+        return shlex.join(self.argv(args))
 
     def structure(self, value: Any) -> Any:
-        """``value`` (JSON-like: dicts, lists, strings) with every string masked."""
+        """``value`` (JSON-like: dicts, lists, tuples, strings) with every string masked, before it is
+        dumped; keys are names and stay."""
         if isinstance(value, str):
             return self(value)
         if isinstance(value, list):
             return [self.structure(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(self.structure(item) for item in value)
         if isinstance(value, dict):
             return {key: self.structure(item) for key, item in value.items()}
         return value
 
 
+@dataclass(frozen=True)
+class CommandLine:
+    """An argv to log: printed as a shell reads it. RedactingFilter masks each argument before joining."""
+
+    args: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return shlex.join(self.args)
+
+
 class RedactingFilter(logging.Filter):
-    """Masks secrets in every record a handler emits; the secrets are learnt once the job is read."""
+    """Masks secrets in every record a handler emits: its arguments one by one before they are
+    formatted (a ``%r`` or a joined command line cannot re-quote a secret past the mask), then the
+    formatted message, the traceback and the stack. The secrets are learnt once the job is read."""
 
     def __init__(self) -> None:
         super().__init__()
         self.redactor = Redactor()
 
+    def _argument(self, value: Any) -> Any:
+        if isinstance(value, CommandLine):
+            return CommandLine(tuple(self.redactor.argv(value.args)))
+        if isinstance(value, str | list | tuple | dict):
+            return self.redactor.structure(value)
+        return value
+
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        masked = self.redactor(message)
-        if masked != message:
-            record.msg, record.args = masked, None
+        redact = self.redactor
+        if isinstance(record.args, Mapping):
+            record.args = {key: self._argument(value) for key, value in record.args.items()}
+        elif record.args:
+            record.args = tuple(self._argument(value) for value in record.args)
+        record.msg, record.args = redact(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
         return True

@@ -39,6 +39,20 @@ CASES = {
         "field sagemaker_mpi_custom_mpi_options cannot be split into mpirun arguments (No closing "
         "quotation): '-x FOO=\"bar'",
     ),
+    "a secret custom MPI option with an unbalanced quote": (
+        {
+            **GOOD,
+            "sagemaker_mpi_enabled": True,
+            "sagemaker_mpi_custom_mpi_options": "-x HF_TOKEN='it\"s secret",
+        },
+        None,
+        "(No closing quotation): '-x HF_TOKEN=***'; close the quote",
+    ),
+    "a setting holding a secret": (
+        {**GOOD, "sagetrain_ssh_port": {"password": "it's secret"}},
+        None,
+        "field sagetrain_ssh_port must be an integer >= 1, got {'password': '***'}",
+    ),
     "custom MPI options that set the number of ranks": (
         {**GOOD, "sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": "-np 1"},
         None,

@@ -272,7 +272,8 @@ def test_secret_values_reach_the_program_but_not_our_log_or_failure_file(job):
     logged = re.search(r"mpirun command: (.*)", output)
     assert logged, output
     assert "AWS_SECRET_ACCESS_KEY" not in logged.group(1)  # not forwarded: each host has its own
-    assert "--api_token ***" in logged.group(1) and "WANDB_API_KEY=***" in logged.group(1)
+    # Masked, then quoted as a shell reads it: "***" holds glob characters.
+    assert "--api_token '***'" in logged.group(1) and "-x 'WANDB_API_KEY=***'" in logged.group(1)
     our_lines = [line for line in output.splitlines() if line.startswith("sagetrain ")]
     assert our_lines and not any(secret in line for line in our_lines for secret in (token, aws_secret))
     failure = tree.failure.read_text()
@@ -305,3 +306,46 @@ def test_a_job_at_sagemakers_hyperparameter_limits_runs_and_every_value_reaches_
         assert {argv[i][2:]: argv[i + 1] for i in range(0, len(argv), 2)} == {**large, "epochs": "3"}
         assert {key: received["hps"][key] for key in large} == large
         assert not received["inline"]
+
+
+QUOTED_SECRETS_SCRIPT = """
+import json, os, sys
+rank = os.environ["SAGETRAIN_RANK"]
+seen = {"argv": sys.argv[1:], "env": os.environ.get("WANDB_API_KEY"), "hf": os.environ.get("HF_TOKEN")}
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"seen-{rank}.json"), "w") as f:
+    json.dump(seen, f)
+if rank == "1":
+    with open(os.environ["SAGETRAIN_ERROR_FILE"], "w") as f:
+        json.dump({"message": f"cannot use {seen!r}", "traceback": json.dumps(seen)}, f)
+    sys.exit(1)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_secrets_given_every_way_are_in_no_line_the_entry_writes(job):
+    """A secret holding quotes, spaces, a backslash and $ as a secret-named hyperparameter, under a key
+    nested in a dict-valued one, as a variable and as a custom ``-x`` option: the program gets each as
+    given; the entry's log (the mpirun line included) and the failure file hold none, in any quoting."""
+    hp, nested, env, option = "SQ'HP\"se cret\\1", "NESTED'pw\"x", "ENV'var $HOME", "OPT'val ue"
+    tree = job(
+        {
+            **MPI,
+            "api_token": hp,
+            "db": {"user": "bob", "password": nested},
+            "sagemaker_mpi_custom_mpi_options": f"-x HF_TOKEN={shlex.quote(option)}",
+        }
+    )
+    tree.write_code("train.py", QUOTED_SECRETS_SCRIPT)
+    code, output = tree.run(WANDB_API_KEY=env)
+    assert code == 1, output
+    seen = json.loads((tree.model_dir / "seen-0.json").read_text())
+    assert seen["argv"][seen["argv"].index("--api_token") + 1] == hp
+    assert (seen["env"], seen["hf"]) == (env, option)
+    logged = re.search(r"mpirun command: (.*)", output)
+    assert logged, output
+    assert "-x 'HF_TOKEN=***'" in logged.group(1) and "--api_token '***'" in logged.group(1)
+    failure = tree.failure.read_text()
+    assert failure.startswith("train.py exited with code 1 on rank 1 (host algo-1-abcde): cannot use")
+    for secret in (hp, nested, env, option):
+        for form in (secret, shlex.quote(secret), json.dumps(secret), repr(secret), secret.split("'")[1]):
+            assert form not in output and form not in failure, form

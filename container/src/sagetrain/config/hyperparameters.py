@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import json
 import math
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from sagetrain.config.limits import (
 from sagetrain.config.mpi_options import PLAN_OWNED, options
 from sagetrain.engines import REGISTRY, Engine
 from sagetrain.errors import UserError
-from sagetrain.redact import MASK, looks_secret
+from sagetrain.redact import MASK, Redactor, looks_secret, nested_secrets, secret_option_texts
 
 SAGEMAKER_PREFIX = "sagemaker_"
 SAGETRAIN_PREFIX = "sagetrain_"
@@ -139,7 +138,9 @@ class HyperparameterReader:
         self.source = source
 
     def bad(self, key: str, expected: str) -> UserError:
-        got = MASK if looks_secret(key) else repr(self.decoded[key])
+        value = self.decoded[key]
+        # Masked before repr quotes it: a secret nested in a dict value is masked in any quoting.
+        got = MASK if looks_secret(key) else repr(Redactor.of(nested_secrets(key, value)).structure(value))
         return UserError(f"{self.source} field {key} must be {expected}, got {got}")
 
     def boolean(self, key: str, default: bool = False) -> bool:
@@ -253,12 +254,8 @@ class HyperparameterReader:
 
 
 def _masked_options(text: str) -> str:
-    """mpirun options as text, with the values of secret-named ``-x NAME=VALUE`` masked."""
-    return re.sub(
-        r"(\b[A-Za-z_][A-Za-z0-9_]*)=(\S+)",
-        lambda match: f"{match[1]}={MASK}" if looks_secret(match[1]) else match[0],
-        text,
-    )
+    """mpirun options as text, with the values of secret-named ``-x NAME=VALUE`` masked as written."""
+    return Redactor.of(secret_option_texts(text))(text)
 
 
 def _number_kind(minimum: float, above: bool) -> str:

@@ -13,9 +13,8 @@ needs this host, its sshd and mpirun's daemon up until the ranks have ended.
 from __future__ import annotations
 
 import logging
-import shlex
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sagetrain import contracts
@@ -49,6 +48,7 @@ from sagetrain.launch.sshd import (
 )
 from sagetrain.plan.model import Plan, Role
 from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, mpirun_command
+from sagetrain.redact import CommandLine
 from sagetrain.report.verdict import RankFailure, Verdict, root_failure
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,12 @@ def mpi_launch(spec: JobSpec, coordinator: str) -> tuple[list[str], dict[str, st
     return command, env
 
 
+def log_mpirun_command(command: Sequence[str]) -> None:
+    """The command, once, as it runs. Logged as a structure, not a joined text: the log filter masks
+    each argument before it is quoted (a secret holding a ' would otherwise be printed re-quoted)."""
+    log.info("mpirun command: %s", CommandLine(tuple(command)))
+
+
 def lost_host_behind(events: EventQueue, failures: list[RankFailure]) -> HostChanged | None:
     """After mpirun failed: the lost host that explains it, if one is reported within
     LOST_HOST_NOTICE_SECONDS. Only asked when no rank failed on its own: a host that dies takes mpirun
@@ -145,7 +151,7 @@ class MpiMaster:
 
     def start(self) -> None:
         command, env = mpi_launch(self._spec, self._coordinator)
-        log.info("mpirun command: %s", shlex.join(command))
+        log_mpirun_command(command)
         try:
             self._mpirun = ManagedProcess.start(command, name="mpirun", env=env, cwd=self._spec.code_dir)
         except FileNotFoundError:

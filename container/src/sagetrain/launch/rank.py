@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from sagetrain import contracts
 from sagetrain.config.files import read_json_object
+from sagetrain.config.job import read_job_redactor
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.config.toolkit_env import own_host_variables
 from sagetrain.contracts import RankPlace, RunDir
@@ -174,7 +175,10 @@ def run_rank(argv: list[str], environ: Mapping[str, str]) -> int:
             traceback=traceback,
             last_lines=last_lines,
         )
-        send_rank_failure(setup.coordinator, setup.key, failure)
+        # Masked here, with this host's own secrets (its credentials are not the master's): the
+        # master masks the verdict again with its own.
+        redact = read_job_redactor(root_from_environ(environ), setup.env)
+        send_rank_failure(setup.coordinator, setup.key, failure.masked(redact))
     return code
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from sagetrain.errors import ExitCode
@@ -43,6 +44,18 @@ class RankFailure:
     message: str = ""  # from the program's SAGETRAIN_ERROR_FILE
     traceback: str = ""
     last_lines: tuple[str, ...] = field(default=())
+
+    def masked(self, redact: Callable[[str], str]) -> RankFailure:
+        """This report with ``redact`` applied to the program's words (the last lines as one text: a
+        secret may span lines)."""
+        lines = redact("\n".join(self.last_lines)).split("\n") if self.last_lines else []
+        return dataclasses.replace(
+            self,
+            program=redact(self.program),
+            message=redact(self.message),
+            traceback=redact(self.traceback),
+            last_lines=tuple(lines),
+        )
 
     def cause(self) -> str:
         where = f"on rank {self.rank} (host {self.host})"

@@ -108,13 +108,17 @@ def hand_over(environ: MutableMapping[str, str]) -> None:
 
 
 def fail_at_once(cause: str, exit_code: int, environ: Mapping[str, str]) -> None:
-    """Write ``cause`` as the failure file's first line and to stderr, and end this process."""
+    """Write ``cause`` as the failure file's first line and to stderr, with the job's secrets masked, and
+    end this process."""
     from sagetrain.atomic_file import write_atomically
+    from sagetrain.config.job import read_job_redactor
 
-    sys.stderr.write(f"sagetrain: {cause}\n")
-    sys.stderr.flush()
     try:
-        write_atomically(Paths(root_from_environ(environ)).failure_file, cause + "\n")
+        root = root_from_environ(environ)
+        cause = read_job_redactor(root, environ)(cause)
+        sys.stderr.write(f"sagetrain: {cause}\n")
+        sys.stderr.flush()
+        write_atomically(Paths(root).failure_file, cause + "\n")
     finally:
         os._exit(exit_code)
 
