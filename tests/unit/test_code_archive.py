@@ -1,26 +1,52 @@
-"""Unpacking the code archive: what a hostile archive may not do (run/archive.py), on real files."""
+"""Unpacking the code archive: what a hostile archive may not do (program/archive.py), and how the code
+folder holds all of an archive or nothing of it (program/code.py), on real files."""
 
-import io
+import errno
+import json
+import shutil
 import stat
 import tarfile
+import time
 
 import pytest
-from sagetrain.errors import UserError
-from sagetrain.program.archive import extract_archive
-
-
-def member(name, kind=tarfile.REGTYPE, data=b"", linkname="", mode=0o644):
-    info = tarfile.TarInfo(name)
-    info.type, info.linkname, info.mode, info.size = kind, linkname, mode, len(data)
-    return info, io.BytesIO(data) if kind == tarfile.REGTYPE else None
+from code_archives import (
+    GiB,
+    MiB,
+    claiming_archive,
+    gnu_sparse_archive,
+    member,
+    pax_sparse_archive,
+    small_volume,
+    write_archive,
+    zeros,
+)
+from sagetrain.config.hyperparameters import JobSettings, LaunchSettings
+from sagetrain.config.paths import Paths
+from sagetrain.errors import PlatformError, UserError
+from sagetrain.program.archive import (
+    ArchiveLimits,
+    Excess,
+    RefusedMember,
+    Room,
+    Tally,
+    excess,
+    extract_archive,
+    write_failure,
+)
+from sagetrain.program.code import (
+    CodeState,
+    Unpacked,
+    code_state,
+    locate_code,
+    read_record,
+    record_path,
+    unpack_code,
+    write_record,
+)
 
 
 def archive(tmp_path, *members):
-    path = tmp_path / "sourcedir.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        for info, data in members:
-            tar.addfile(info, data)
-    return path
+    return write_archive(tmp_path / "sourcedir.tar.gz", *members)
 
 
 @pytest.fixture
@@ -88,3 +114,325 @@ def test_what_is_not_a_tar_file_is_named(tmp_path, code):
     bad.write_bytes(b"not a tar")
     with pytest.raises(UserError, match=r"the code archive code\.tar\.gz cannot be read as a tar file"):
         extract_archive(bad, code, "code.tar.gz")
+
+
+# --- what an archive may unpack to: the documented limits, then the volume's room -----------------------
+
+LIMITS = ArchiveLimits(max_bytes=100, max_members=3)
+# 16 MiB and 1,000 files stay free for the job's log and failure file.
+ROOM = Room(free_bytes=16 * MiB + 10 * 4096, free_files=1_002, block_size=4096)
+
+
+@pytest.mark.parametrize(
+    ("tally", "over"),
+    [
+        (Tally(members=2, size=100, disk=8192), None),
+        (Tally(members=4, size=101, disk=1 << 30), Excess.MEMBERS),  # the documented limits come first
+        (Tally(members=3, size=101, disk=1 << 30), Excess.SIZE),
+        (Tally(members=3, size=100, disk=1 << 30), Excess.VOLUME_FILES),
+        (Tally(members=2, size=100, disk=10 * 4096 + 1), Excess.VOLUME_BYTES),
+    ],
+)
+def test_a_tally_is_weighed_against_the_limits_first_then_the_volume(tally, over):
+    assert excess(tally, LIMITS, ROOM) is over
+    documented = over if over in (Excess.MEMBERS, Excess.SIZE) else None
+    assert excess(tally, LIMITS, Room(1 << 40, None, 4096)) is documented
+
+
+def test_a_member_takes_its_data_in_whole_blocks_and_a_block_for_its_entry():
+    tally = Tally().plus(0, 4096).plus(1, 4096).plus(8192, 4096)
+    assert tally == Tally(members=3, size=8193, disk=(1 + 2 + 3) * 4096)
+
+
+def test_the_limits_are_hyperparameters_with_documented_defaults(tmp_path):
+    from sagetrain.config.hyperparameters import parse_settings
+
+    assert ArchiveLimits.of(LaunchSettings()) == ArchiveLimits(4 << 30, 200_000)
+    settings = parse_settings(
+        {"sagetrain_code_archive_max_bytes": "8589934592", "sagetrain_code_archive_max_members": 5.0},
+        tmp_path / "hyperparameters.json",
+    )
+    assert ArchiveLimits.of(settings.launch) == ArchiveLimits(8 << 30, 5)
+    with pytest.raises(UserError, match="field sagetrain_code_archive_max_bytes must be an integer >= 1"):
+        parse_settings({"sagetrain_code_archive_max_bytes": 0}, tmp_path / "hyperparameters.json")
+
+
+def test_a_failed_write_is_the_volume_or_the_member():
+    full = write_failure("s3://b/c.tar.gz", "zeros", OSError(errno.ENOSPC, "No space left on device"))
+    assert type(full) is UserError
+    assert full.cause == (
+        "the code folder's volume filled up while unpacking 'zeros' from the code archive s3://b/c.tar.gz; "
+        "give the job a larger volume (VolumeSizeInGB) or a smaller archive"
+    )
+    assert isinstance(write_failure("a", "m", OSError(errno.EIO, "Input/output error")), PlatformError)
+    long = write_failure("a", "m", OSError(errno.ENAMETOOLONG, "File name too long"))
+    assert isinstance(long, RefusedMember)
+    assert long.cause == (
+        "the code archive a holds 'm', which cannot be unpacked here (File name too long); rebuild the "
+        "archive without it"
+    )
+
+
+def test_a_gzip_bomb_is_refused_at_its_header_before_a_byte_is_written(tmp_path, code):
+    path = write_archive(tmp_path / "bomb.tar.gz", zeros("zeros", 64 * MiB))
+    assert path.stat().st_size < 100_000
+    started = time.monotonic()
+    with pytest.raises(UserError) as error:
+        extract_archive(path, code, "bomb.tar.gz", ArchiveLimits(16 * MiB, 100))
+    assert time.monotonic() - started < 1  # nothing of the 64 MiB was decompressed
+    assert error.value.cause == (
+        "the code archive bomb.tar.gz unpacks to more than 16 MiB (16,777,216 bytes), the limit the "
+        "hyperparameter sagetrain_code_archive_max_bytes sets (at 'zeros'); leave data out of it (a channel "
+        "is the place for data) or raise that hyperparameter"
+    )
+    assert list(code.iterdir()) == []
+
+
+def test_an_archive_larger_than_the_volume_has_free_is_refused_before_it_fills_it(tmp_path, code):
+    path = write_archive(tmp_path / "bomb.tar.gz", member("a.py", data=b"x"), zeros("zeros", 64 * MiB))
+    with pytest.raises(UserError) as error:
+        extract_archive(path, code, "bomb.tar.gz", room=Room(24 * MiB, None, 4096))
+    assert error.value.cause == (
+        "the code archive bomb.tar.gz unpacks to more than the code folder's volume has room for (at "
+        "'zeros': 24 MiB free, of which 16 MiB stay free for the job's log and failure file); give the job a "
+        "larger volume (VolumeSizeInGB) or a smaller archive"
+    )
+    assert [p.name for p in code.iterdir()] == ["a.py"]  # the caller discards the folder
+
+
+def test_on_a_small_volume_the_bomb_leaves_it_empty(tmp_path):
+    path = write_archive(tmp_path / "bomb.tar.gz", zeros("zeros", 64 * MiB))
+    with small_volume(tmp_path / "volume", "32m") as volume:
+        with pytest.raises(UserError, match=r"has room for \(at 'zeros': 32 MiB free, of which 16 MiB"):
+            extract_archive(path, volume / "code", "bomb.tar.gz")
+        assert list((volume / "code").iterdir()) == []
+        assert shutil.disk_usage(volume).used < MiB
+
+
+def test_a_volume_that_fills_up_anyway_is_said_in_one_sentence(tmp_path):
+    # The room given is larger than the volume's, as when another process fills it meanwhile.
+    path = write_archive(tmp_path / "big.tar.gz", zeros("zeros", 16 * MiB))
+    with small_volume(tmp_path / "volume", "4m") as volume, pytest.raises(UserError) as error:
+        extract_archive(path, volume / "code", "big.tar.gz", room=Room(1 << 40, None, 4096))
+    assert error.value.cause.startswith("the code folder's volume filled up while unpacking 'zeros' from ")
+
+
+def test_a_tiny_sparse_archive_claiming_8_gib_is_refused_before_its_map_is_read(tmp_path, code):
+    for path in (
+        gnu_sparse_archive(tmp_path / "gnu.tar.gz", "big", 8 * GiB),
+        # A map of a trillion regions: tarfile would read it all into a list.
+        pax_sparse_archive(tmp_path / "pax.tar.gz", "big", 8 * GiB, b"1000000000000\n"),
+    ):
+        assert path.stat().st_size < 300
+        with pytest.raises(UserError, match=r"holds '(GNUSparseFile\.0/)?big', a sparse file; rebuild"):
+            extract_archive(path, code, "sparse.tar.gz")
+        assert list(code.iterdir()) == []
+
+
+def test_a_header_claiming_more_than_the_limit_is_refused_before_its_data_is_read(tmp_path, code):
+    path = claiming_archive(tmp_path / "claims.tar.gz", "claims", 8 * GiB, b"x" * 10)
+    with pytest.raises(UserError, match=r"unpacks to more than 4 GiB \(4,294,967,296 bytes\), the limit"):
+        extract_archive(path, code, "claims.tar.gz")
+    assert list(code.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("members", "why"),
+    [
+        ([member("a", tarfile.SYMTYPE, linkname="b"), member("b", tarfile.SYMTYPE, linkname="a")],
+         "'b', a link in a loop, or a path through one"),
+        ([member("a", tarfile.SYMTYPE, linkname="a/x"), member("a/y/z.py", data=b"x")],
+         "'a', a link in a loop, or a path through one"),
+        # Each link resolves inside when it lands; "b" then turns "a" into a loop.
+        ([member("a", tarfile.SYMTYPE, linkname="b/c"), member("b", tarfile.SYMTYPE, linkname="a")],
+         "'b', a link in a loop, or a path through one"),
+        ([member("lib/" + "n" * 300 + ".py", data=b"x")],
+         "'lib/nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn'… (307 characters), a name of "
+         "303 bytes, longer than the 255 a file name may have on this volume"),
+        ([member("lib", tarfile.DIRTYPE, mode=0o755), member("lib", data=b"x")],
+         "'lib', a file over a folder of the same name"),
+        ([member("lib", tarfile.DIRTYPE, mode=0o755), member("lib", tarfile.SYMTYPE, linkname="x")],
+         "'lib', a link over a folder of the same name"),
+        ([member("lib", data=b"x"), member("lib", tarfile.DIRTYPE, mode=0o755)],
+         "'lib', a folder over a file of the same name"),
+        ([member("lib", data=b"x"), member("lib/util.py", data=b"x")],
+         "'lib/util.py', a path through 'lib', which the archive makes a file"),
+        ([member("x", tarfile.SYMTYPE, linkname="y"), member("x", data=b"x")],
+         "'x', a file written over a link"),
+        # Leaves the folder and comes back in by its name: inside only while the folder has that name.
+        ([member("d", tarfile.SYMTYPE, linkname="."), member("e", tarfile.SYMTYPE, linkname="d/../code/x")],
+         "'e', a link to 'd/../code/x' outside the folder"),
+        ([member("long", tarfile.GNUTYPE_LONGNAME, data=b"a" * (2 * MiB)), member("x", data=b"x")],
+         "'long', an extended header (a long name or pax records) of 2 MiB"),
+    ],
+    ids=["loop", "path through a loop", "loop made later", "300-character name", "file over folder",
+         "link over folder", "folder over file", "path through a file", "file over link", "re-entering link",
+         "extended header of 2 MiB"],
+)  # fmt: skip
+def test_a_member_the_folder_cannot_take_is_refused_in_one_sentence(tmp_path, code, members, why):
+    with pytest.raises(UserError) as error:
+        extract_archive(archive(tmp_path, *members), code, "code.tar.gz")
+    assert error.value.cause == f"the code archive code.tar.gz holds {why}; rebuild the archive without it"
+
+
+def test_a_file_may_replace_a_file_and_a_link_a_file_as_an_appended_archive_does(tmp_path, code):
+    path = archive(
+        tmp_path,
+        member("train.py", data=b"old"),
+        member("train.py", data=b"new"),
+        member("util.py", data=b"x"),
+        member("util.py", tarfile.SYMTYPE, linkname="train.py"),
+    )
+    assert extract_archive(path, code, "code.tar.gz").members == 4
+    assert (code / "train.py").read_text() == "new"
+    assert (code / "util.py").read_text() == "new"
+
+
+def test_too_many_members_for_the_limit_or_for_the_volume_are_refused(tmp_path, code):
+    path = archive(tmp_path, *[member(f"f{i}.py") for i in range(60)])
+    with pytest.raises(UserError) as error:
+        extract_archive(path, code, "code.tar.gz", ArchiveLimits(GiB, 50))
+    assert error.value.cause.startswith(
+        "the code archive code.tar.gz holds more than 50 members, the limit the hyperparameter "
+        "sagetrain_code_archive_max_members sets (at 'f50.py'); "
+    )
+    with pytest.raises(UserError) as error:
+        extract_archive(path, tmp_path / "again", "code.tar.gz", room=Room(GiB, 1_010, 4096))
+    assert error.value.cause == (
+        "the code archive code.tar.gz holds more members than the code folder's volume has room for (at "
+        "'f10.py': 1,010 files free, of which 1,000 stay free for the job's log and failure file); give the "
+        "job a larger volume (VolumeSizeInGB) or an archive of fewer files"
+    )
+
+
+def _plain(tmp_path):
+    return write_archive(
+        tmp_path / "plain.tar", member("a.py", data=b"1"), member("b.py", data=b"2" * 600), mode="w"
+    ).read_bytes()
+
+
+def _spoiled(data, at, value=None):
+    data = bytearray(data)
+    data[at] = data[at] ^ 0xFF if value is None else value
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    ("spoil", "why"),
+    [
+        (lambda plain: plain + b"junk", "holds data after its end-of-archive block (a damaged archive, or "
+         "two joined); rebuild it as one tar file"),
+        (lambda plain: plain + plain, "holds data after its end-of-archive block"),
+        (lambda plain: _spoiled(plain, 1124), "cannot be read as a tar file (bad checksum at byte 1,024)"),
+        (lambda plain: plain[:1024], "cannot be read as a tar file (it is cut off at byte 1,024)"),
+        (lambda plain: plain[:1024 + 100], "cannot be read as a tar file (it is cut off at byte 1,024)"),
+        (lambda plain: plain[:1024 + 512 + 100], "cannot be read as a tar file (unexpected end of data)"),
+        (lambda plain: b"not a tar file", "cannot be read as a tar file (neither plain nor compressed with "
+         "gzip, bzip2 or xz); rebuild it (tar czf)"),
+    ],
+    ids=["data after the end", "two archives joined", "bad header", "cut at a header", "cut in a header",
+         "cut in a member", "not a tar file"],
+)  # fmt: skip
+def test_a_damaged_archive_is_refused_in_one_sentence(tmp_path, code, spoil, why):
+    path = tmp_path / "spoiled.tar"
+    path.write_bytes(spoil(_plain(tmp_path)))
+    with pytest.raises(UserError) as error:
+        extract_archive(path, code, "code.tar")
+    assert error.value.cause.startswith(f"the code archive code.tar {why}")
+
+
+def test_a_compressed_archive_whose_checksum_does_not_match_is_refused(tmp_path, code):
+    path = archive(tmp_path, member("a.py", data=b"1" * 1000))
+    path.write_bytes(_spoiled(path.read_bytes(), -6))  # the gzip trailer's CRC-32
+    with pytest.raises(UserError, match=r"cannot be read as a tar file \(CRC check failed"):
+        extract_archive(path, code, "code.tar.gz")
+
+
+def test_bzip2_and_xz_archives_unpack_too(tmp_path, code):
+    for mode in ("w:bz2", "w:xz"):
+        path = write_archive(tmp_path / f"code.{mode[2:]}", member("train.py", data=b"x"), mode=mode)
+        assert extract_archive(path, tmp_path / mode, "code").members == 1
+
+
+# --- the code folder: all of an archive or nothing of it, and a restart never runs what was left -------
+
+
+def test_code_state_trusts_only_a_finished_unpacking_of_the_same_archive():
+    done = Unpacked("s3://b/code.tar.gz", complete=True)
+    assert code_state(True, done, "s3://b/code.tar.gz") is CodeState.UNPACKED
+    assert code_state(True, Unpacked("s3://b/code.tar.gz", complete=False), "s3://b/code.tar.gz") is (
+        CodeState.TO_UNPACK
+    )
+    assert code_state(True, done, "s3://b/other.tar.gz") is CodeState.TO_UNPACK
+    assert code_state(False, done, "s3://b/code.tar.gz") is CodeState.TO_UNPACK  # emptied since
+    assert code_state(False, None, "s3://b/code.tar.gz") is CodeState.TO_UNPACK
+    # Files put there another way (the image's code): used as sagemaker_training uses them.
+    assert code_state(True, None, "s3://b/code.tar.gz") is CodeState.FOREIGN
+
+
+def _leftovers(tmp_path, code):
+    return sorted(
+        p.relative_to(tmp_path).as_posix()
+        for p in tmp_path.rglob("*")
+        if p != code and code not in p.parents and p.suffix != ".gz" and p != record_path(code)
+    )
+
+
+def hostile():
+    return member("train.py", data=b"print('ran')\n"), member("out", tarfile.SYMTYPE, linkname="/etc")
+
+
+def test_a_refused_archive_leaves_nothing_in_the_code_folder_and_is_refused_again(tmp_path, code):
+    code.mkdir(parents=True)
+    path = archive(tmp_path, *hostile())
+    for _ in range(2):
+        with pytest.raises(UserError, match="holds 'out', a link to '/etc' outside the folder"):
+            unpack_code(path, code, "s3://b/code.tar.gz", ArchiveLimits(GiB, 100))
+        assert list(code.iterdir()) == []
+        assert _leftovers(tmp_path, code) == ["ml"]  # no unpacking folder left beside the code folder
+        assert read_record(code) == Unpacked("s3://b/code.tar.gz", complete=False)
+
+
+def test_an_unpacking_is_recorded_once_it_is_in_place(tmp_path, code):
+    path = archive(tmp_path, member("train.py", data=b"print('ran')\n"))
+    unpack_code(path, code, "s3://b/code.tar.gz", ArchiveLimits(GiB, 100))
+    assert [p.name for p in code.iterdir()] == ["train.py"]
+    assert json.loads(record_path(code).read_text()) == {"source": "s3://b/code.tar.gz", "complete": True}
+    assert stat.S_IMODE(code.stat().st_mode) & 0o755 == 0o755
+
+
+@pytest.mark.parametrize("mounted", [False, True], ids=["folder", "volume mounted on the folder"])
+def test_what_an_interrupted_unpacking_left_is_cleared_not_run(tmp_path, code, mounted):
+    # As a kill in the middle leaves it: the record says unfinished, part of the code is in place, and
+    # beside it the folder it was being unpacked into.
+    code.mkdir(parents=True)
+    (code / "train.py").write_text("print('left over')\n")
+    (code / "stale.py").write_text("")
+    write_record(code, Unpacked("s3://b/code.tar.gz", complete=False))
+    (tmp_path / "ml" / ".code.sagetrain-unpacking").mkdir()
+    path = archive(tmp_path, member("train.py", data=b"print('from the archive')\n"))
+    unpack_code(path, code, "s3://b/code.tar.gz", ArchiveLimits(GiB, 100), mounted=mounted)
+    assert sorted(p.name for p in code.iterdir()) == ["train.py"]
+    assert (code / "train.py").read_text() == "print('from the archive')\n"
+    assert _leftovers(tmp_path, code) == ["ml"]
+    assert read_record(code) == Unpacked("s3://b/code.tar.gz", complete=True)
+
+
+def test_locate_code_unpacks_once_and_uses_files_put_there_another_way(tmp_path):
+    paths = Paths(tmp_path / "ml")
+    path = archive(tmp_path, member("train.py", data=b"x = 1\n"))
+    settings = JobSettings(submit_directory=str(path))
+    assert locate_code(paths, settings) == paths.code_dir
+    (paths.code_dir / "train.py").write_text("x = 2\n")  # not unpacked again: a restart keeps it
+    assert locate_code(paths, settings) == paths.code_dir
+    assert (paths.code_dir / "train.py").read_text() == "x = 2\n"
+    record_path(paths.code_dir).unlink()  # no record: the image's own code, used as it is
+    assert locate_code(paths, settings) == paths.code_dir
+    assert (paths.code_dir / "train.py").read_text() == "x = 2\n"
+
+
+def test_locate_code_applies_the_hyperparameters_limits(tmp_path):
+    path = archive(tmp_path, member("a.py"), member("b.py"))
+    settings = JobSettings(submit_directory=str(path), launch=LaunchSettings(code_archive_max_members=1))
+    with pytest.raises(UserError, match="more than 1 members, the limit the hyperparameter sagetrain_code_"):
+        locate_code(Paths(tmp_path / "ml"), settings)

@@ -282,6 +282,12 @@ class LaunchSettings:
     job_secret_channel: str = ""
     # Every program runs with tf-keras as both `keras` and `tf.keras` (sagetrain/legacy_keras.py).
     legacy_keras: bool = False
+    # The most a code archive may unpack to (program/archive.py; the volume's free room is checked too):
+    # far above any real code (the SDK's source_dir tarballs run to megabytes), low enough that an
+    # archive bomb is refused on a large volume too, and few enough members for tarfile's list of them
+    # (about 0.5 KB each) to stay small.
+    code_archive_max_bytes: int = 4 << 30
+    code_archive_max_members: int = 200_000
 
     @staticmethod
     def key(field: str) -> str:
@@ -326,6 +332,8 @@ def parse_launch_settings(read: HyperparameterReader) -> LaunchSettings:
             if port is not None and port > 65535:
                 raise read.bad(key, "a TCP port (1-65535)")
             value = port
+        elif field.type == "int":
+            value = read.integer(key, minimum=1)
         else:
             value = read.number(key, minimum=0.0, above=True)
         if value is not None:
