@@ -8,7 +8,7 @@ import stat
 
 import pytest
 from sagetrain.config.hyperparameters import HyperparameterReader, parse_settings
-from sagetrain.config.job import read_job_redactor
+from sagetrain.config.job_secret import read_job_redactor
 from sagetrain.config.paths import Paths
 from sagetrain.contracts import RunDir
 from sagetrain.errors import UserError
@@ -49,7 +49,8 @@ def test_names_that_look_secret(name):
      "LD_LIBRARY_PATH", "PYTHONPATH", "PWD", "OLDPWD", "secretary", "hockey", "keyword", "turkey",
      "max_tokens", "num_tokens", "pad_token", "eos_token_id", "bos_token", "special_tokens", "label_key",
      "text_key", "key_dim", "key_length", "token_count", "public_key", "sort_key", "NCCL_SOCKET_IFNAME",
-     "OMPI_MCA_plm_rsh_args", "SM_CHANNEL_TRAIN", "", "_", "123"],
+     "OMPI_MCA_plm_rsh_args", "SM_CHANNEL_TRAIN", "sagetrain_job_secret_channel", "ssh_key_path",
+     "token_file", "secret_arn", "", "_", "123"],
 )  # fmt: skip
 def test_names_that_do_not(name):
     assert not looks_secret(name)

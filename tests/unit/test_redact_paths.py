@@ -3,12 +3,12 @@
 Each example writes a job whose secrets are random texts full of what quoting and escaping act on
 (quotes, spaces, backslashes, $, newlines, unicode, =, :) and gives them as a secret-named
 hyperparameter, under a secret key nested in a dict-valued hyperparameter (or in a string holding JSON),
-as an environment variable, as a ``-x NAME=VALUE`` custom mpirun option (written with shell quoting) and
-as a URL's password. Each goes through every path that writes: the mpirun command line as the master
-logs it, the dry run's JSON, the failure file (a cause quoting the values, a rank's report as its
-launcher masks it) and log records through the entry's RedactingFilter. No secret, nor its shell-quoted,
-JSON or repr form, nor even its random core, may appear in what they wrote. A seeded generator, so a
-failure names its seed and reproduces.
+as an environment variable, as a ``-x NAME=VALUE`` custom mpirun option (written with shell quoting), as
+a URL's password and as the job's secret in a channel file. Each goes through every path that writes:
+the mpirun command line as the master logs it, the dry run's JSON, the failure file (a cause quoting the
+values, a rank's report as its launcher masks it) and log records through the entry's RedactingFilter.
+No secret, nor its shell-quoted, JSON or repr form, nor even its random core, may appear in what they
+wrote. A seeded generator, so a failure names its seed and reproduces.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from sagetrain.__main__ import main as sagetrain_main
 from sagetrain.config.channels import Channel
-from sagetrain.config.job import read_job_redactor
 from sagetrain.config.job_files import JobFiles
+from sagetrain.config.job_secret import CHANNEL_KEY, read_job_redactor
 from sagetrain.config.paths import Paths
 from sagetrain.launch.mpi import log_mpirun_command, mpi_launch
 from sagetrain.preparation import Preparation, launch_spec, prepare_job
@@ -45,6 +45,7 @@ HYPERPARAMETER_NAMES = ["api_token", "db_password", "passwd", "GH_PAT", "clientS
 NESTED_KEYS = ["password", "token", "secretKey", "pass", "credentials"]
 ENV_NAMES = ["WANDB_API_KEY", "DB_PASSWORD", "MY_SECRET", "AUTH_HEADER"]
 OPTION_NAMES = ["HF_TOKEN", "NEPTUNE_API_TOKEN", "COMET_PRIVATE_KEY"]
+SECRET_CHANNEL = "vault"
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,14 @@ class Example:
     env: dict[str, str]
     secrets: tuple[Secret, ...]
     engine_hyperparameter: str
+    channel_file: Secret  # the job's secret, in the file of the channel CHANNEL_KEY names
 
 
 def example(seed: int) -> Example:
     rng = random.Random(seed)
     hp, nested, env, option = (random_secret(rng, TRICKY) for _ in range(4))
     url = random_secret(rng, URL_SAFE)
+    channel_file = random_secret(rng, TRICKY)
     nested_key = rng.choice(NESTED_KEYS)
     holder: object = rng.choice(
         [
@@ -112,10 +115,10 @@ def example(seed: int) -> Example:
         "settings": holder,
         "tracking_uri": f"https://user:{url.value}@tracking.example.com/x",
         "sagemaker_mpi_custom_mpi_options": f"-x {option_name}={shell_written(option.value, rng)} -x A=b",
+        CHANNEL_KEY: SECRET_CHANNEL,
     }
-    return Example(
-        seed, hyperparameters, {rng.choice(ENV_NAMES): env.value}, (hp, nested, env, option, url), engine
-    )
+    secrets = (hp, nested, env, option, url, channel_file)
+    return Example(seed, hyperparameters, {rng.choice(ENV_NAMES): env.value}, secrets, engine, channel_file)
 
 
 def logged(
@@ -207,7 +210,10 @@ def every_line_written(job: Example, root: Path, capsys: pytest.CaptureFixture[s
 def test_no_form_of_a_secret_is_in_any_line_written(seed, tmp_path, monkeypatch, capsys):
     job = example(seed)
     root = tmp_path / "ml"
-    JobFiles(("algo-1", "algo-2"), job.hyperparameters, (Channel("train"),)).write(root, "algo-1")
+    paths = JobFiles(
+        ("algo-1", "algo-2"), job.hyperparameters, (Channel("train"), Channel(SECRET_CHANNEL))
+    ).write(root, "algo-1")
+    (paths.channel_dir(SECRET_CHANNEL) / "job-secret").write_text(job.channel_file.value, encoding="utf-8")
     # The dry run reads this process's environment: the job's, and nothing of the test runner's.
     monkeypatch.setattr(os, "environ", {"PATH": "/usr/bin:/bin", "SAGEMAKER_BASE_DIR": str(root), **job.env})
     written = every_line_written(job, root, capsys)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sagetrain import contracts
-from sagetrain.config.job import read_job_redactor
+from sagetrain.config.job_secret import read_job_redactor
 from sagetrain.config.paths import root_from_environ
 from sagetrain.engines import load
 from sagetrain.errors import SagetrainError

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from sagetrain import legacy_keras
 from sagetrain.config.devices import Devices, detect_devices
-from sagetrain.config.job import JobConfig, job_redactor, load_job_config, read_job_redactor
-from sagetrain.config.job_secret import JobSecret, read_job_secret
+from sagetrain.config.job import JobConfig, load_job_config
+from sagetrain.config.job_secret import JobSecret, job_redactor, read_job_redactor, read_job_secret
 from sagetrain.config.paths import root_from_environ
 from sagetrain.errors import SagetrainError
 from sagetrain.launch.spec import JobSpec, build_spec
@@ -65,8 +65,8 @@ def prepare_job(
     redactor = job_redactor(config.hyperparameters, environ)
     learn_secrets(redactor)  # before the secret's file is read: what goes wrong there is said masked
     secret = read_job_secret(config, environ, required=preparation is Preparation.RUN)
-    if secret.texts():
-        redactor = Redactor.of((*redactor.secrets, *secret.texts()))
+    if secret.channel_file:
+        redactor = job_redactor(config.hyperparameters, environ, secret.channel_file)
         learn_secrets(redactor)
     detected = detect_devices(environ)
     devices = dataclasses.replace(

@@ -73,8 +73,8 @@ _NOT_SECRET_AFTER = frozenset(
 # The shell's working directories, not passwords.
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
 # A name ending in one of these says where a secret is kept, not the secret: sagetrain_job_secret_channel,
-# ssh_key_path, a secret's name or ARN in a secrets manager.
-_LOCATION_WORDS = frozenset({"channel", "file", "path", "dir", "folder", "location", "name", "arn", "id"})
+# ssh_key_path, a secret's ARN in a secrets manager.
+_LOCATION_WORDS = frozenset({"channel", "file", "path", "dir", "folder", "location", "arn"})
 # The password of a URL that carries one: scheme://user:password@host
 _URL_PASSWORD = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:]*:([^\s/?#@]+)@")
 # JSON literals and booleans: no secret, and everywhere.

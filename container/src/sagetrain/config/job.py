@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,11 +9,9 @@ from typing import Any
 from sagetrain.config.channels import Channel, check_channel_folders, parse_channels
 from sagetrain.config.files import read_json_object
 from sagetrain.config.hyperparameters import (
-    CUSTOM_MPI_OPTIONS_KEY,
     SAGETRAIN_PREFIX,
     TOO_LARGE_HINT,
     JobSettings,
-    decode_value,
     parse_settings,
     read_hyperparameters,
     user_hyperparameters,
@@ -22,8 +19,6 @@ from sagetrain.config.hyperparameters import (
 from sagetrain.config.paths import Paths
 from sagetrain.config.resources import ResourceConfig, parse_resource_config
 from sagetrain.config.sdk_source_code import with_source_code
-from sagetrain.errors import SagetrainError
-from sagetrain.redact import Redactor
 
 
 @dataclass(frozen=True)
@@ -74,29 +69,3 @@ def load_job_config(root: Path, *, check_channels: bool = True) -> JobConfig:
         raw_input_data_config=raw_channels,
         hyperparameters=hyperparameters,
     )
-
-
-def job_redactor(hyperparameters: Mapping[str, Any], environ: Mapping[str, str]) -> Redactor:
-    """The job's secrets: in its decoded hyperparameters (nested keys too), in its custom mpirun options
-    (as mpirun gets them and as written in the hyperparameter) and in its variables."""
-    options = hyperparameters.get(CUSTOM_MPI_OPTIONS_KEY)
-    text = options if isinstance(options, str) else ""
-    arguments = [str(option) for option in options] if isinstance(options, list) else []
-    return Redactor.for_job(hyperparameters, arguments, environ, mpi_options_text=text)
-
-
-def read_job_redactor(root: Path, environ: Mapping[str, str]) -> Redactor:
-    """``job_redactor`` of the hyperparameters.json under ``root``, read leniently (what cannot be read
-    holds no secret): for the message about a configuration that did not load, and for the processes
-    that do not load it (the rank launcher, the SageMaker SDK's hooks)."""
-    try:
-        raw = read_json_object(Paths(root).hyperparameters, required=False)
-    except SagetrainError:
-        raw = {}
-    decoded: dict[str, Any] = {}
-    for key, value in raw.items():
-        try:
-            decoded[key] = decode_value(value)
-        except RecursionError:
-            decoded[key] = value
-    return job_redactor(decoded, environ)

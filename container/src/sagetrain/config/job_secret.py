@@ -8,7 +8,8 @@
   call it, so they keep out a peer on the job's network that cannot call the API, no one else.
 
 Several forms may be given; the key takes them all. Read here, once; launch/membership.py turns it into
-the job's key.
+the job's key. Here too: every value the job's text must mask (``job_redactor``), the secret's among
+them, also for the processes that do not load the whole configuration (``read_job_redactor``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sagetrain.config.channels import InputMode, S3Distribution
-from sagetrain.config.hyperparameters import LaunchSettings
+from sagetrain.config.channels import CHANNEL_NAME, InputMode, S3Distribution
+from sagetrain.config.files import read_json_object
+from sagetrain.config.hyperparameters import CUSTOM_MPI_OPTIONS_KEY, LaunchSettings, decode_value
 from sagetrain.config.job import JobConfig
-from sagetrain.errors import UserError
+from sagetrain.config.paths import Paths
+from sagetrain.errors import SagetrainError, UserError
+from sagetrain.redact import Redactor
 
 SECRET_VAR = "SAGETRAIN_JOB_SECRET"
 CHANNEL_KEY = LaunchSettings.key("job_secret_channel")
@@ -81,6 +86,11 @@ def _secret_file(folder: Path, channel: str) -> Path:
     return files[0]
 
 
+def _read_at_most(path: Path) -> bytes:
+    with path.open("rb") as stream:
+        return stream.read(MAX_SECRET_BYTES + 1)
+
+
 def read_channel_secret(config: JobConfig, *, required: bool) -> bytes:
     """The secret file's bytes, or b"" when no channel is named (or, not ``required``, its folder is not
     here: a dry run)."""
@@ -102,8 +112,7 @@ def read_channel_secret(config: JobConfig, *, required: bool) -> bytes:
     if not required and not folder.exists():
         return b""
     path = _secret_file(folder, name)
-    with path.open("rb") as stream:
-        value = stream.read(MAX_SECRET_BYTES + 1)
+    value = _read_at_most(path)
     if not value.strip():
         raise _bad_channel(name, f"holds an empty file {path.name}", "put the secret in it")
     if len(value) > MAX_SECRET_BYTES:
@@ -134,3 +143,43 @@ def missing_secret_warning(host_count: int, secret: JobSecret) -> str | None:
         "knows all of it could join: put a random secret in an S3 object, give it as a channel (File mode, "
         f"FullyReplicated) and name that channel with the hyperparameter {CHANNEL_KEY}"
     )
+
+
+def job_redactor(
+    hyperparameters: Mapping[str, Any], environ: Mapping[str, str], channel_file: bytes = b""
+) -> Redactor:
+    """The job's secrets: in its decoded hyperparameters (nested keys too), in its custom mpirun options
+    (as mpirun gets them and as written in the hyperparameter), in its variables, and the secret's file."""
+    options = hyperparameters.get(CUSTOM_MPI_OPTIONS_KEY)
+    text = options if isinstance(options, str) else ""
+    arguments = [str(option) for option in options] if isinstance(options, list) else []
+    redactor = Redactor.for_job(hyperparameters, arguments, environ, mpi_options_text=text)
+    from_file = JobSecret(channel_file=channel_file).texts()
+    return Redactor.of((*redactor.secrets, *from_file)) if from_file else redactor
+
+
+def _channel_secret_leniently(root: Path, hyperparameters: Mapping[str, Any]) -> bytes:
+    name = hyperparameters.get(CHANNEL_KEY)
+    if not isinstance(name, str) or not CHANNEL_NAME.fullmatch(name):
+        return b""
+    try:
+        return _read_at_most(_secret_file(Paths(root).channel_dir(name), name))
+    except (UserError, OSError):
+        return b""
+
+
+def read_job_redactor(root: Path, environ: Mapping[str, str]) -> Redactor:
+    """``job_redactor`` of the hyperparameters.json and the secret's file under ``root``, read leniently
+    (what cannot be read holds no secret): for the message about a configuration that did not load, and
+    for the processes that do not load it (the rank launcher, the SageMaker SDK's hooks)."""
+    try:
+        raw = read_json_object(Paths(root).hyperparameters, required=False)
+    except SagetrainError:
+        raw = {}
+    decoded: dict[str, Any] = {}
+    for key, value in raw.items():
+        try:
+            decoded[key] = decode_value(value)
+        except RecursionError:
+            decoded[key] = value
+    return job_redactor(decoded, environ, _channel_secret_leniently(root, decoded))

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from sagetrain import contracts
 from sagetrain.config.files import read_json_object
-from sagetrain.config.job import read_job_redactor
+from sagetrain.config.job_secret import read_job_redactor
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.config.toolkit_env import own_host_variables
 from sagetrain.contracts import RankPlace, RunDir

@@ -111,7 +111,7 @@ def fail_at_once(cause: str, exit_code: int, environ: Mapping[str, str]) -> None
     """Write ``cause`` as the failure file's first line and to stderr, with the job's secrets masked, and
     end this process."""
     from sagetrain.atomic_file import write_atomically
-    from sagetrain.config.job import read_job_redactor
+    from sagetrain.config.job_secret import read_job_redactor
 
     try:
         root = root_from_environ(environ)
