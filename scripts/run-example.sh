@@ -10,7 +10,8 @@ Usage: scripts/run-example.sh [--hosts N] [--epochs E] [--output DIR]
 Ensures a Docker engine (scripts/ensure-docker.sh), builds sagemaker-tf-horovod:cpu if it does not
 exist (scripts/build.sh cpu), then runs examples/keras_digits on N simulated hosts (default 2) named
 algo-1..N on an internal Docker network, through scripts/local-cluster, and prints where the trained
-model is (default ./sagetrain-output/keras-digits).
+model is (default ./sagetrain-output/keras-digits). The job's hosts prove membership with a random
+secret made for this run, given as a channel file (see the README's Security section).
 Environment: SAGETRAIN_CA_CERTS  extra CA bundle for the image build
              (default: /etc/ssl/certs/ca-certificates.crt if present)
 USAGE
@@ -42,8 +43,14 @@ if ! docker image inspect "$image" >/dev/null 2>&1; then
   scripts/build.sh "${build_args[@]}"
 fi
 
+# The job's secret as the README recommends it: a random value in a file of its own channel, named by
+# the hyperparameter sagetrain_job_secret_channel (on SageMaker, an S3 object the job's role can read).
+secret_dir=$(mktemp -d)
+trap 'rm -rf "$secret_dir"' EXIT
+head -c 32 /dev/urandom | base64 >"$secret_dir/job-secret"
+
 example=examples/keras_digits
-exec scripts/local-cluster \
+scripts/local-cluster \
   --image "$image" \
   --hosts "$hosts" \
   --code "$example" \
@@ -51,6 +58,8 @@ exec scripts/local-cluster \
   --channel "train=$example/data/train" \
   --channel "validation=$example/data/validation" \
   --channel "test=$example/data/test" \
+  --channel "job-secret=$secret_dir" \
+  --hp sagetrain_job_secret_channel=job-secret \
   --hp "epochs=$epochs" \
   --hp batch_size=64 \
   --hp seed=7 \

@@ -56,6 +56,8 @@ def test_run_example_trains_the_keras_module_on_two_hosts_and_says_where_the_mod
     assert test_line, log[-3000:]
     print("digits test accuracy after 3 epochs on 2 hosts:", test_line.group(1))
     assert float(test_line.group(1)) > 0.8
+    # The job had a secret, given as the README recommends: a channel file.
+    assert "no job secret" not in log
 
 
 def test_script_mode_example_runs_as_one_process_and_saves_for_serving(tmp_path, cpu_image):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from cluster import CASES, write_regression_csv
 from conftest import TEST_LABEL, run_in_image
+from localcluster.dockercli import DockerError
 from sagetrain.config.channels import Channel
 from sagetrain.config.job_files import JobFiles
 from sagetrain.config.job_secret import CHANNEL_KEY
@@ -90,7 +91,11 @@ def run_sdk_job(docker_client, image, network, tmp_path, sdk, mpi, hyperparamete
             docker_client.run(["start", names[host]])
         deadline = Deadline(JOB_SECONDS, "both hosts of the SDK v3 job to end", "raise JOB_SECONDS")
         for host in HOSTS:
-            code = int(docker_client.run(["wait", names[host]], deadline))
+            try:
+                code = int(docker_client.run(["wait", names[host]], deadline))
+            except DockerError as error:
+                logs = "\n".join(f"--- {h}\n{docker_client.logs(n)[-4000:]}" for h, n in names.items())
+                pytest.fail(f"{error}\n{logs}")
             results[host] = (code, docker_client.logs(names[host]))
     finally:
         for name in names.values():
@@ -173,6 +178,8 @@ def test_process_count_per_node_means_that_many_ranks_on_every_host(
     assert_four_ranks_on_two_hosts_with_identical_weights(tmp_path, results)
     said = CORRECTED.format(per_node=2, total=4, hosts=2)
     assert results["algo-1"][1].count(said) == 1, results["algo-1"][1][-4000:]
+    # The keys are exchanged once, though the driver's interpreter runs the image's .pth hook twice.
+    assert results["algo-1"][1].count("to send its ssh keys") == 1, results["algo-1"][1][-4000:]
 
 
 def test_ranks_a_job_still_puts_on_one_host_of_several_fail_at_once_saying_what_to_do(

@@ -246,6 +246,27 @@ def test_on_one_host_the_driver_gets_its_own_random_keys_and_no_warning(tmp_path
     assert "WARNING" not in capsys.readouterr().err
 
 
+def test_the_mpi_driver_is_prepared_once_though_its_interpreter_runs_the_hook_twice(tmp_path, monkeypatch):
+    """Debian's Python runs a virtualenv's .pth files twice at start: the second call in the driver's
+    interpreter (and its own Python processes, which inherit its environment) exchange no keys again."""
+    prepared_in: list[str] = []
+    monkeypatch.setattr(
+        "sagetrain.sdk.ssh.prepare_for_mpi_driver", lambda environ: prepared_in.append(environ["PATH"])
+    )
+    driver = [str(tmp_path / "input/data/sm_drivers/distributed_drivers/mpi_driver.py")]
+    environ = {
+        "SAGEMAKER_BASE_DIR": str(tmp_path),
+        contracts.RUN_DIR_VAR: str(tmp_path / "run"),
+        "PATH": "/usr/bin",
+    }
+    at_interpreter_start(driver, environ, ["python3", *driver])
+    path_after_first = environ["PATH"]
+    at_interpreter_start(driver, environ, ["python3", *driver])
+    assert prepared_in == ["/usr/bin"]
+    assert environ["PATH"] == path_after_first  # our mpirun put first once
+    assert environ[HANDED_OVER_VAR] == "mpi"
+
+
 def test_the_driver_environment_loses_our_settings_and_the_secret_and_keeps_the_rest():
     hyperparameters = {"epochs": 2, "sagetrain_job_secret": "s3cr3t'\"x", "sagetrain_legacy_keras": True}
     environ = {

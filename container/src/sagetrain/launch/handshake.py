@@ -14,7 +14,7 @@ both named in the exchange::
 X and Y are random group elements whatever the key; the shared key K needs one side's key and secret
 exponent. Someone without the key who answers as the master (or connects as a peer) commits to one guess
 in the message it sends, and learns from the other side's proof only whether that one guess was right:
-each attempt online tests one guess, and the master limits failed attempts per peer (coordinator.py).
+each attempt online tests one guess, and the master limits failed attempts per peer (admission.py).
 The master proves first; a peer that sees a wrong proof sends nothing more. From K both sides derive
 the connection's session key, with which every later message carries a MAC (coordinator.py).
 """

@@ -145,7 +145,8 @@ def _exchange_as_master(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
         host_keys={host: exchange.membership.host_key(host) for host in workers},
     )  # fmt: skip
     port = server.start()
-    sys.stderr.write(f"sagetrain: waiting for {', '.join(workers)} to send their ssh keys to port {port}\n")
+    their = "its" if len(workers) == 1 else "their"
+    sys.stderr.write(f"sagetrain: waiting for {', '.join(workers)} to send {their} ssh keys to port {port}\n")
     try:
         hellos = wait_for_hosts(events, workers, until_ready=False, deadline=deadline)
         keys = {host: _checked_hello(host, hello) for host, hello in hellos.items()}

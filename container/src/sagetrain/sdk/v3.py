@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
 # Our launcher: what the image runs when started without arguments.
 TRAIN = "/usr/local/bin/train"
-# Set in the launcher's environment when it took over from the SDK's script driver: the launcher, and
-# everything it starts, is never taken for a driver again.
+# Set in the launcher's environment when it took over from the SDK's script driver, and in the MPI
+# driver's and the command's once prepared: that process, and everything it starts, is never taken for a
+# driver again.
 HANDED_OVER_VAR = "SAGETRAIN_SDK_DRIVER"
 # Variables a process started by our launcher or by mpirun has: never a driver's process.
 _LAUNCHED_VARS = (contracts.RANK_VAR, contracts.MPI_RANK_VAR, contracts.PMI_RANK_VAR, HANDED_OVER_VAR)
@@ -237,6 +238,10 @@ def at_interpreter_start(
             prepare_for_mpi_driver(environ)
             withhold_our_settings(environ, secret_too=True)
             mpirun.install(environ, contracts.RunDir.from_env(environ))
+            # Debian's Python runs a virtualenv's .pth files twice at every start (its site.py adds
+            # site-packages in venv() and again in main()): the second call, and the driver's own
+            # Python processes, must not exchange keys again.
+            environ[HANDED_OVER_VAR] = SdkDriver.MPI.name.lower()
         elif may_run_sdk_command(argv, orig_argv, environ):
             check_sdk_command(environ)
     except SagetrainError as error:
