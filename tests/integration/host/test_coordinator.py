@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import pytest
 from sagetrain.deadline import Deadline
@@ -56,8 +57,29 @@ def clock():
     return Clock()
 
 
+@dataclass
+class CountedAdmission(Admission):
+    """An admission that says when handshakes have ended: the server's threads record a failure in their
+    own time, and a test moves the clock past a pause only once it is recorded."""
+
+    ended: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+
+    def end(self, peer: str, *, proved: bool) -> bool:
+        first = super().end(peer, proved=proved)
+        self.ended.release()
+        return first
+
+    def wait_ended(self, count: int) -> None:
+        assert all(self.ended.acquire(timeout=15) for _ in range(count)), f"{count} handshakes to end"
+
+
 @pytest.fixture
-def master(clock):
+def admission(clock):
+    return CountedAdmission(clock=clock)
+
+
+@pytest.fixture
+def master(admission):
     events = EventQueue()
     server = CoordinatorServer(
         events,
@@ -66,7 +88,7 @@ def master(clock):
         host_keys=KEYS,
         bind_address="127.0.0.1",
         rank_host=lambda rank: "algo-2" if rank in (1, 5) else "algo-1",
-        admission=Admission(clock=clock),
+        admission=admission,
     )
     port = server.start()
     yield events, server, port
@@ -167,7 +189,7 @@ def test_a_worker_with_another_host_list_fails_both_sides_at_once_naming_the_lis
         server.close()
 
 
-def test_a_peer_without_the_jobs_key_can_neither_join_nor_report_nor_end_the_job(master, clock):
+def test_a_peer_without_the_jobs_key_can_neither_join_nor_report_nor_end_the_job(master, clock, admission):
     events, _, port = master
     rogue = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", ROGUE.host_key("algo-2"))
     with pytest.raises(PlatformError, match="did not accept this host's proof of membership"):
@@ -177,6 +199,7 @@ def test_a_peer_without_the_jobs_key_can_neither_join_nor_report_nor_end_the_job
     assert not send_rank_started(("127.0.0.1", port), ROGUE.host_key("algo-2"), 1, "algo-2", seconds=1)
     assert events.get(Deadline(0.5, "nothing from the rogue")) is None
     # The real worker still joins after the impostor (here from the same address: once its pause is over).
+    admission.wait_ended(3)
     clock.now += PAUSE_SECONDS
     real = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
     real.join(Hello(ssh_host_key="question 2"), Deadline(10, "the master"))
@@ -239,7 +262,7 @@ def closed_after(port: int, sending: bytes, pause: float, limit: float) -> float
 
 
 def test_slow_silent_and_malformed_peers_are_dropped_at_the_handshake_deadline_and_a_member_joins(
-    master, clock, monkeypatch
+    master, clock, admission, monkeypatch
 ):
     monkeypatch.setattr(coordinator_module, "HANDSHAKE_SECONDS", 1.0)
     uncaught = []
@@ -261,6 +284,7 @@ def test_slow_silent_and_malformed_peers_are_dropped_at_the_handshake_deadline_a
     assert all(value < 5 for value in seconds.values()), seconds
     assert uncaught == []
     # They all came from this test's address, which is now paused; once that is over, a member joins.
+    admission.wait_ended(len(peers))
     clock.now += PAUSE_SECONDS
     member = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
     member.join(Hello(ssh_host_key="question 3"), Deadline(10, "the master"))
@@ -270,9 +294,10 @@ def test_slow_silent_and_malformed_peers_are_dropped_at_the_handshake_deadline_a
 
 def test_a_peer_over_its_share_of_handshakes_is_turned_away_unheard_and_heard_again_after_its_pause(clock):
     events = EventQueue()
+    admission = CountedAdmission(clock=clock, max_handshakes=8, max_per_peer=4)
     server = CoordinatorServer(
         events, ["algo-2"], lambda hello: Welcome(), host_keys=KEYS, bind_address="127.0.0.1",
-        admission=Admission(clock=clock, max_handshakes=8, max_per_peer=4),
+        admission=admission,
     )  # fmt: skip
     port = server.start()
     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]  # silent, within the deadline
@@ -284,6 +309,7 @@ def test_a_peer_over_its_share_of_handshakes_is_turned_away_unheard_and_heard_ag
         for sock in held:
             sock.close()  # four handshakes failed: the address is paused
     try:
+        admission.wait_ended(len(held))  # the pause starts when the last failure is recorded
         assert not send_rank_started(("127.0.0.1", port), KEYS["algo-2"], 1, "algo-2", seconds=1)
         clock.now += PAUSE_SECONDS
         assert send_rank_started(("127.0.0.1", port), KEYS["algo-2"], 1, "algo-2", seconds=15)
