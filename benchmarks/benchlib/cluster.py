@@ -13,6 +13,7 @@ import json
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,15 @@ class HostRun:
 class JobRun:
     image: str
     hosts: tuple[HostRun, ...]
+    start_issued: float  # wall clock just before `docker start` of every container
+
+    @property
+    def last_start(self) -> float:
+        return max(host.started_at for host in self.hosts)
+
+    @property
+    def last_exit(self) -> float:
+        return max(host.finished_at for host in self.hosts)
 
     def require_success(self) -> JobRun:
         for host in self.hosts:
@@ -118,6 +128,17 @@ def _engine_time(text: str, container: str) -> float:
     return at
 
 
+def _states(docker: DockerCli, containers: Mapping[str, str]) -> dict[str, tuple[int, float, float]]:
+    """{container: (exit code, started at, finished at)}, from one `docker inspect` of them all."""
+    template = "{{.Name}} {{.State.ExitCode}} {{.State.StartedAt}} {{.State.FinishedAt}}"
+    states = {}
+    for line in docker.run(["inspect", "--format", template, *containers.values()]).splitlines():
+        name, code, started, finished = line.split()
+        name = name.lstrip("/")
+        states[name] = (int(code), _engine_time(started, name), _engine_time(finished, name))
+    return states
+
+
 def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
     """Create, start, wait for and remove one job's containers; raises JobFailed/DockerError."""
     docker = created.docker
@@ -139,6 +160,7 @@ def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
             for key, value in spec.env.items():
                 args += ["--env", f"{key}={value}"]
             created.create_container(containers[host], [*args, spec.image, *spec.command])
+        issued = time.time()  # Docker's part of a start begins here (it starts them one by one)
         docker.run(["start", *containers.values()])
         activity = f"the {spec.hosts} container(s) of {spec.image} to exit"
         end = Deadline(spec.timeout_seconds, activity, "raise the figure's timeout_seconds")
@@ -150,23 +172,10 @@ def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
             )
             overran = f"{spec.image}: the job overran {spec.timeout_seconds:g} s"
             raise JobFailed(f"{overran}; last lines:\n{tails}") from error
-        runs = []
-        for host, name in containers.items():
-            started, finished, code = docker.run(
-                [
-                    "inspect",
-                    "--format",
-                    "{{.State.StartedAt}} {{.State.FinishedAt}} {{.State.ExitCode}}",
-                    name,
-                ]
-            ).split()
-            runs.append(
-                HostRun(host, int(code), _engine_time(started, name), _engine_time(finished, name),
-                        _read_log(docker, name))
-            )  # fmt: skip
-        return JobRun(spec.image, tuple(runs))
+        states = _states(docker, containers)
+        runs = [HostRun(host, *states[name], _read_log(docker, name)) for host, name in containers.items()]
+        return JobRun(spec.image, tuple(runs), issued)
     finally:
-        for name in containers.values():
-            created.remove_container(name)
+        created.remove_containers(list(containers.values()))
         created.remove_network(network)
         shutil.rmtree(trees, ignore_errors=True)

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only: no display on a build machine
 import matplotlib.pyplot as plt
@@ -23,6 +24,7 @@ def scaling_plot(
     series: Mapping[str, Sequence[Point]],
     *,
     log_x: bool = False,
+    log_y: bool = False,
     note: str = "",
 ) -> Path:
     """One line per series, each point its median with its min-max range as an error bar; ``path``."""
@@ -36,12 +38,18 @@ def scaling_plot(
         axes.errorbar(xs, medians, yerr=[below, above], marker="o", capsize=3, label=label)
     if log_x:
         axes.set_xscale("log", base=2)
+        # Ticks at the measured values (2, 4, 8 …), written as numbers rather than powers of 2.
+        axes.set_xticks(sorted({point[0] for points in series.values() for point in points}))
+        axes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    if log_y:  # series an order of magnitude apart (a 30 s sleep against a second) stay readable
+        axes.set_yscale("log")
+    else:
+        axes.set_ylim(bottom=0)
     axes.set_title(title)
     axes.set_xlabel(x_label)
     axes.set_ylabel(y_label)
     axes.grid(True, alpha=0.3)
-    axes.set_ylim(bottom=0)
-    axes.legend()
+    axes.legend(fontsize=8, framealpha=0.8)  # five series must leave the lines readable
     if note:
         figure.text(0.01, 0.01, note, fontsize=7, alpha=0.7)
     figure.tight_layout()
