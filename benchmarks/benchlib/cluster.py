@@ -10,6 +10,7 @@ does not keep, and because every host must be allowed to end on its own (teardow
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import subprocess
@@ -90,6 +91,14 @@ class JobRun:
 
     def lines_with(self, marker: str) -> list[LogLine]:
         return sorted((line for host in self.hosts for line in host.lines_with(marker)), key=lambda x: x.at)
+
+    def stamps(self, key: str) -> list[float]:
+        """Every ``key=<seconds>`` the job's hosts printed. Each host's log is searched as one text, its
+        lines joined without a break: AWS's toolkit passes mpirun's output on in chunks, which puts
+        several ranks' lines on one log line and can cut one line in two."""
+        pattern = re.compile(rf"\b{re.escape(key)}=(\d+(?:\.\d+)?)")
+        texts = ("".join(line.text for line in host.log) for host in self.hosts)
+        return [float(value) for text in texts for value in pattern.findall(text)]
 
 
 def field_values(text: str) -> dict[str, str]:

@@ -3,6 +3,7 @@ shows them). matplotlib (benchmarks/requirements.txt) without a display."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only: no display on a build machine
 import matplotlib.pyplot as plt
+
+NOTE_CHARACTERS = 150  # a line of the note at the foot of the picture
 
 # (x, median, low, high): a point with the spread of its paired runs.
 Point = tuple[float, float, float, float]
@@ -28,7 +31,7 @@ def scaling_plot(
     note: str = "",
 ) -> Path:
     """One line per series, each point its median with its min-max range as an error bar; ``path``."""
-    figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
+    figure, axes = plt.subplots(figsize=(9, 4.2), dpi=110)
     for label, points in series.items():
         ordered = sorted(points)
         xs = [point[0] for point in ordered]
@@ -49,10 +52,12 @@ def scaling_plot(
     axes.set_xlabel(x_label)
     axes.set_ylabel(y_label)
     axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=8, framealpha=0.8)  # five series must leave the lines readable
-    if note:
-        figure.text(0.01, 0.01, note, fontsize=7, alpha=0.7)
-    figure.tight_layout()
+    # Beside the axes, not on them: with several series no corner is free of lines.
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    note_lines = textwrap.wrap(note, NOTE_CHARACTERS)
+    if note_lines:
+        figure.text(0.01, 0.01, "\n".join(note_lines), fontsize=7, alpha=0.7)
+    figure.tight_layout(rect=(0, 0.035 * len(note_lines), 1, 1))  # the note below the axes, not on them
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path)
     plt.close(figure)

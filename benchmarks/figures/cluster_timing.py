@@ -2,6 +2,8 @@
 meets and exits, run by our image and by the AWS toolkit image, pairs alternating. From each job:
 
 - rendezvous: the last container's start (Docker's StartedAt) → every rank past an MPI barrier;
+- launch, the first part of it: the last container's start → every rank's first line (the launcher's
+  work: its handshakes, sshd, mpirun reaching each host; the rest is mpi4py's import and MPI_Init);
 - teardown: the last rank's exit stamp → the last container's exit (Docker's FinishedAt);
 - containers up, Docker's part before that: `docker start` issued → the last container's StartedAt
   (the engine starts a job's containers one after another).
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchlib.cluster import JobFailed, JobRun, JobSpec, field_values, run_job
+from benchlib.cluster import JobFailed, JobRun, JobSpec, run_job
 from benchlib.context import PAYLOAD, Context, alternating
 
 HYPERPARAMETERS = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1}
@@ -26,21 +28,21 @@ class Timing:
     rendezvous: float
     teardown: float
     containers_up: float
+    launch: float
 
 
 def timing_of(job: JobRun) -> Timing:
-    ready = [float(field_values(line.text)["all_ranks_running"]) for line in job.lines_with("ranks_running=")]
-    exits = [float(field_values(line.text)["rank_exit"]) for line in job.lines_with("rank_exit=")]
+    first, ready, exits = job.stamps("first_line"), job.stamps("all_ranks_running"), job.stamps("rank_exit")
     hosts = len(job.hosts)
-    if len(ready) != hosts or len(exits) != hosts:
+    if not len(first) == len(ready) == len(exits) == hosts:
         tails = "\n".join(host.tail() for host in job.hosts)
-        raise JobFailed(
-            f"{job.image}: expected {hosts} ranks' stamps, got {len(ready)} and {len(exits)}:\n{tails}"
-        )
+        counts = f"{len(first)}, {len(ready)} and {len(exits)}"
+        raise JobFailed(f"{job.image}: expected {hosts} ranks' stamps of each kind, got {counts}:\n{tails}")
     return Timing(
         rendezvous=max(ready) - job.last_start,
         teardown=job.last_exit - max(exits),
         containers_up=job.last_start - job.start_issued,
+        launch=max(first) - job.last_start,
     )
 
 
@@ -72,7 +74,8 @@ def paired_timings(ctx: Context, hosts: int = 2, runs: int | None = None) -> lis
             ctx.say(
                 f"[{hosts} hosts] run {index + 1}/{count}: rendezvous ours {ours.rendezvous:.2f} s / aws "
                 f"{aws.rendezvous:.2f} s; teardown ours {ours.teardown:.2f} s / aws {aws.teardown:.2f} s; "
-                f"containers up {ours.containers_up:.2f} s / {aws.containers_up:.2f} s"
+                f"containers up {ours.containers_up:.2f} s / {aws.containers_up:.2f} s; "
+                f"launch {ours.launch:.2f} s / {aws.launch:.2f} s"
             )
             pairs.append((ours, aws))
         return pairs

@@ -87,7 +87,7 @@ def samples(ctx: Context) -> list[Row]:
         )
         pairs.append((big, measured[BASELINE_HOSTS]))
     return [
-        Row(NUMBER, f"{name}, {HOSTS} hosts", f"{HOSTS} hosts", f"{BASELINE_HOSTS} hosts", unit,
+        Row(NUMBER, name, f"{HOSTS} hosts", f"{BASELINE_HOSTS} hosts", unit,
             tuple((per_host(big), per_host(small)) for big, small in pairs), NO_TARGET)
         for name, unit, per_host in MEASURES
     ]  # fmt: skip
