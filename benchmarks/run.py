@@ -135,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as `uptime` shows them: a shared machine says so."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def machine_facts(docker: DockerCli, image: str) -> dict[str, object]:
     cpu = next(
         (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
@@ -150,6 +155,7 @@ def machine_facts(docker: DockerCli, image: str) -> dict[str, object]:
         "docker_server": docker.run(["version", "--format", "{{.Server.Version}}"], check=False).strip(),
         "image": image,
         "image_id": docker.image_id(image),
+        "load_at_start": load_average(),
     }
 
 
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
         ctx = Context(docker, args.image, args.aws_image, args.gpu_image, Path(scratch), args.runs,
-                      rebuild_aws_image=args.rebuild_aws_image)  # fmt: skip
+                      rebuild_aws_image=args.rebuild_aws_image, plots_dir=args.json.parent)  # fmt: skip
         try:
             if docker.image_id(args.image) is None:
                 missing = f"benchmarks: image {args.image} does not exist; build it: scripts/build.sh cpu"
@@ -214,9 +220,11 @@ def main(argv: list[str] | None = None) -> int:
                 docker.run(["image", "rm", args.aws_image], check=False)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ctx.facts["load_at_end"] = load_average()
     summaries = [summarise(row) for row in rows]
     print()
     print(f"{ctx.facts.get('date')}  {ctx.facts.get('machine')}  image {args.image}  runs {args.runs}")
+    print(f"load average at start {ctx.facts.get('load_at_start')}, at end {ctx.facts['load_at_end']}")
     print(format_table(summaries))
     for failure in failures:
         print(f"NOT MEASURED: {failure}")

@@ -10,9 +10,11 @@ does not keep, and because every host must be allowed to end on its own (teardow
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +71,15 @@ class HostRun:
 class JobRun:
     image: str
     hosts: tuple[HostRun, ...]
+    start_issued: float  # wall clock just before `docker start` of every container
+
+    @property
+    def last_start(self) -> float:
+        return max(host.started_at for host in self.hosts)
+
+    @property
+    def last_exit(self) -> float:
+        return max(host.finished_at for host in self.hosts)
 
     def require_success(self) -> JobRun:
         for host in self.hosts:
@@ -80,6 +91,14 @@ class JobRun:
 
     def lines_with(self, marker: str) -> list[LogLine]:
         return sorted((line for host in self.hosts for line in host.lines_with(marker)), key=lambda x: x.at)
+
+    def stamps(self, key: str) -> list[float]:
+        """Every ``key=<seconds>`` the job's hosts printed. Each host's log is searched as one text, its
+        lines joined without a break: AWS's toolkit passes mpirun's output on in chunks, which puts
+        several ranks' lines on one log line and can cut one line in two."""
+        pattern = re.compile(rf"\b{re.escape(key)}=(\d+(?:\.\d+)?)")
+        texts = ("".join(line.text for line in host.log) for host in self.hosts)
+        return [float(value) for text in texts for value in pattern.findall(text)]
 
 
 def field_values(text: str) -> dict[str, str]:
@@ -118,6 +137,17 @@ def _engine_time(text: str, container: str) -> float:
     return at
 
 
+def _states(docker: DockerCli, containers: Mapping[str, str]) -> dict[str, tuple[int, float, float]]:
+    """{container: (exit code, started at, finished at)}, from one `docker inspect` of them all."""
+    template = "{{.Name}} {{.State.ExitCode}} {{.State.StartedAt}} {{.State.FinishedAt}}"
+    states = {}
+    for line in docker.run(["inspect", "--format", template, *containers.values()]).splitlines():
+        name, code, started, finished = line.split()
+        name = name.lstrip("/")
+        states[name] = (int(code), _engine_time(started, name), _engine_time(finished, name))
+    return states
+
+
 def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
     """Create, start, wait for and remove one job's containers; raises JobFailed/DockerError."""
     docker = created.docker
@@ -139,6 +169,7 @@ def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
             for key, value in spec.env.items():
                 args += ["--env", f"{key}={value}"]
             created.create_container(containers[host], [*args, spec.image, *spec.command])
+        issued = time.time()  # Docker's part of a start begins here (it starts them one by one)
         docker.run(["start", *containers.values()])
         activity = f"the {spec.hosts} container(s) of {spec.image} to exit"
         end = Deadline(spec.timeout_seconds, activity, "raise the figure's timeout_seconds")
@@ -150,23 +181,10 @@ def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
             )
             overran = f"{spec.image}: the job overran {spec.timeout_seconds:g} s"
             raise JobFailed(f"{overran}; last lines:\n{tails}") from error
-        runs = []
-        for host, name in containers.items():
-            started, finished, code = docker.run(
-                [
-                    "inspect",
-                    "--format",
-                    "{{.State.StartedAt}} {{.State.FinishedAt}} {{.State.ExitCode}}",
-                    name,
-                ]
-            ).split()
-            runs.append(
-                HostRun(host, int(code), _engine_time(started, name), _engine_time(finished, name),
-                        _read_log(docker, name))
-            )  # fmt: skip
-        return JobRun(spec.image, tuple(runs))
+        states = _states(docker, containers)
+        runs = [HostRun(host, *states[name], _read_log(docker, name)) for host, name in containers.items()]
+        return JobRun(spec.image, tuple(runs), issued)
     finally:
-        for name in containers.values():
-            created.remove_container(name)
+        created.remove_containers(list(containers.values()))
         created.remove_network(network)
         shutil.rmtree(trees, ignore_errors=True)

@@ -41,6 +41,14 @@ class Created:
         if name in self.containers:
             self.containers.remove(name)
 
+    def remove_containers(self, names: list[str]) -> None:
+        """Many at once, in one `docker rm` (a 32-host job's containers, one by one, take seconds)."""
+        if not names:
+            return
+        command = ["rm", "--force", "--volumes", *names]
+        self.docker.run(command, answer_deadline(command, REMOVE_SECONDS), check=False)
+        self.containers = [name for name in self.containers if name not in names]
+
     def remove_network(self, name: str) -> None:
         command = ["network", "rm", name]
         self.docker.run(command, answer_deadline(command, REMOVE_SECONDS), check=False)

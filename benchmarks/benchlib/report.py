@@ -6,6 +6,7 @@ ours / theirs, taken per pair; the table shows the median ratio with its min and
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,7 +81,9 @@ def summarise(row: Row) -> Summary:
         raise ValueError(f"figure {row.figure} {row.name!r} has no samples")
     ours = Spread.of([a for a, _ in row.pairs])
     theirs = Spread.of([b for _, b in row.pairs])
-    ratio = Spread.of([a / b for a, b in row.pairs])
+    # A pair whose "theirs" is 0 (a difference of memory that did not grow) has no ratio.
+    ratios = [a / b for a, b in row.pairs if b]
+    ratio = Spread.of(ratios) if ratios else Spread(math.nan, math.nan, math.nan)
     return Summary(row, ours, theirs, ratio, verdict_of(row.target, ours, ratio))
 
 

@@ -5,7 +5,9 @@ from types import ModuleType
 from figures import (
     allreduce,
     channel_read,
+    coordinator_cost,
     entry_overhead,
+    hosts,
     image_sizes,
     mwms_trainer_vs_fit,
     mwms_vs_horovod,
@@ -28,5 +30,7 @@ FIGURES: dict[int, ModuleType] = {
         synthetic,
         mwms_vs_horovod,
         mwms_trainer_vs_fit,
+        hosts,
+        coordinator_cost,
     )
 }

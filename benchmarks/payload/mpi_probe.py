@@ -1,5 +1,6 @@
-"""Figures 2 and 3: a 2-host MPI job that does nothing but meet. Prints (wall clock, shared with the host)
-when this rank's code starts, when every rank has joined MPI_COMM_WORLD, and when it is about to exit."""
+"""Figures 2, 3 and 11: an MPI job of N hosts that does nothing but meet. Prints (wall clock, shared with
+the host) when this rank's code starts, when every rank has joined MPI_COMM_WORLD, and when it is about
+to exit."""
 
 import socket
 import time
