@@ -1,7 +1,8 @@
-"""Which connections the master's coordinator takes on: bounded handshakes in all and per peer, a pause
-for a peer whose handshakes keep failing, and refusals counted for one summary line."""
+"""Which connections the master's coordinator takes on: bounded handshakes in all and per peer, at most
+three guesses of a key per pause for an address that has never proved membership, and refusals counted
+for one summary line."""
 
-from sagetrain.launch.admission import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS, Admission
+from sagetrain.launch.admission import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS, Admission, HandshakeEnd
 
 
 class Clock:
@@ -12,13 +13,19 @@ class Clock:
         return self.now
 
 
+def failed_once(admission: Admission, peer: str) -> bool:
+    """One handshake of ``peer`` begun, answered and not proved; whether it was its first failure."""
+    assert admission.begin(peer) and admission.may_answer(peer)
+    return admission.end(peer, HandshakeEnd.FAILED)
+
+
 def test_handshakes_under_way_are_bounded_in_all_and_per_peer():
     admission = Admission(clock=Clock(), max_handshakes=3, max_per_peer=2)
     assert admission.begin("10.0.0.9") and admission.begin("10.0.0.9")
     assert not admission.begin("10.0.0.9")  # its third at once
     assert admission.begin("10.0.0.2")
     assert not admission.begin("10.0.0.3")  # three under way in all
-    admission.end("10.0.0.2", proved=True)
+    admission.end("10.0.0.2", HandshakeEnd.UNANSWERED)
     assert admission.begin("10.0.0.3")
     assert admission.refusals() == {"10.0.0.9": 1, "10.0.0.3": 1}
 
@@ -26,27 +33,44 @@ def test_handshakes_under_way_are_bounded_in_all_and_per_peer():
 def test_a_peer_whose_handshakes_keep_failing_is_paused_and_heard_again_after_the_pause():
     clock = Clock()
     admission = Admission(clock=clock)
-    firsts = []
-    for _ in range(FAILURES_BEFORE_PAUSE):
-        assert admission.begin("10.0.0.9")
-        firsts.append(admission.end("10.0.0.9", proved=False))
+    firsts = [failed_once(admission, "10.0.0.9") for _ in range(FAILURES_BEFORE_PAUSE)]
     assert firsts == [True] + [False] * (FAILURES_BEFORE_PAUSE - 1)  # one log line, the rest counted
     assert not admission.begin("10.0.0.9")
     assert admission.begin("10.0.0.2")  # other peers are not held up
-    admission.end("10.0.0.2", proved=True)
+    admission.end("10.0.0.2", HandshakeEnd.UNANSWERED)
     clock.now += PAUSE_SECONDS
-    assert admission.begin("10.0.0.9")
-    assert admission.refusals() == {"10.0.0.9": FAILURES_BEFORE_PAUSE + 1}
+    assert failed_once(admission, "10.0.0.9") is False  # heard again, with a new allowance
+    assert admission.refusals() == {"10.0.0.9": FAILURES_BEFORE_PAUSE + 2}
     assert admission.refusals() == {}  # counted once
 
 
-def test_a_peer_that_proves_membership_starts_its_count_of_failures_again():
+def test_an_address_that_never_proved_gets_no_more_answers_at_once_than_guesses_left():
+    """Thirty-two handshakes begun at once from one address are answered three at a time at the most:
+    each answer lets its sender test one guess."""
+    admission = Admission(clock=Clock())
+    assert all(admission.begin("10.0.0.9") for _ in range(32))
+    answered = [admission.may_answer("10.0.0.9") for _ in range(32)]
+    assert answered.count(True) == FAILURES_BEFORE_PAUSE
+    for _ in range(32 - FAILURES_BEFORE_PAUSE):
+        admission.end("10.0.0.9", HandshakeEnd.UNANSWERED)
+    admission.end("10.0.0.9", HandshakeEnd.FAILED)
+    assert admission.begin("10.0.0.9") and not admission.may_answer("10.0.0.9")  # 1 failed + 2 pending
+
+
+def test_what_ends_before_an_answer_tests_no_guess_and_counts_for_nothing():
+    admission = Admission(clock=Clock())
+    for _ in range(10 * FAILURES_BEFORE_PAUSE):  # silent, slow or broken connections
+        assert admission.begin("10.0.0.9")
+        admission.end("10.0.0.9", HandshakeEnd.UNANSWERED)
+    assert failed_once(admission, "10.0.0.9") is True  # not paused: its first failure
+
+
+def test_a_peer_that_proves_membership_starts_its_count_again_and_is_answered_at_once():
     admission = Admission(clock=Clock())
     for _ in range(FAILURES_BEFORE_PAUSE - 1):
-        admission.begin("10.0.0.9")
-        admission.end("10.0.0.9", proved=False)
-    admission.begin("10.0.0.9")
-    admission.end("10.0.0.9", proved=True)
-    admission.begin("10.0.0.9")
-    admission.end("10.0.0.9", proved=False)
-    assert admission.begin("10.0.0.9")
+        failed_once(admission, "10.0.0.9")
+    assert admission.begin("10.0.0.9") and admission.may_answer("10.0.0.9")
+    admission.end("10.0.0.9", HandshakeEnd.PROVED)
+    failed_once(admission, "10.0.0.9")
+    # A member host's rank launchers report at once: its address is answered however many are under way.
+    assert all(admission.begin("10.0.0.9") and admission.may_answer("10.0.0.9") for _ in range(10))

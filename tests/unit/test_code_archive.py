@@ -341,6 +341,23 @@ def test_a_damaged_archive_is_refused_in_one_sentence(tmp_path, code, spoil, why
     assert error.value.cause.startswith(f"the code archive code.tar {why}")
 
 
+def test_a_chain_of_thousands_of_extended_headers_is_refused_in_one_sentence(tmp_path, code):
+    """tarfile reads a pax header, then the next header, recursively: 2,000 in a row are an unreadable
+    archive, not an internal error."""
+    record = b"20 comment=xxxxxxxxx\n"
+    pax = tarfile.TarInfo("././@PaxHeader")
+    pax.type, pax.size = tarfile.XHDTYPE, len(record)
+    block = pax.tobuf(tarfile.USTAR_FORMAT) + record.ljust(512, b"\0")
+    data = tarfile.TarInfo("a.py")
+    data.size = 1
+    path = tmp_path / "chain.tar"
+    path.write_bytes(block * 2000 + data.tobuf(tarfile.USTAR_FORMAT) + b"x".ljust(512, b"\0") + b"\0" * 1024)
+    with pytest.raises(UserError) as error:
+        extract_archive(path, code, "chain.tar")
+    assert error.value.cause.startswith("the code archive chain.tar cannot be read as a tar file ("), error
+    assert list(code.iterdir()) == []
+
+
 def test_a_compressed_archive_whose_checksum_does_not_match_is_refused(tmp_path, code):
     path = archive(tmp_path, member("a.py", data=b"1" * 1000))
     path.write_bytes(_spoiled(path.read_bytes(), -6))  # the gzip trailer's CRC-32

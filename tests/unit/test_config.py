@@ -304,6 +304,21 @@ def test_waits_must_be_positive_finite_numbers(tmp_path, key, raw):
         parse_settings(decode_hyperparameters({key: raw}), tmp_path / "hp.json")
 
 
+@pytest.mark.parametrize("depth", [3, 600, 950])
+def test_a_bad_value_nested_deep_or_long_is_named_in_one_short_sentence(tmp_path, depth):
+    """JSON reads nesting deeper than the masking and quoting can walk: the sentence says so; a long value
+    is quoted by its start and size."""
+    raw = {"sagetrain_worker_wait_seconds": "[" * depth + "]" * depth, "sagemaker_region": '"x"'}
+    with pytest.raises(UserError) as error:
+        parse_settings(decode_hyperparameters(raw), tmp_path / "hp.json")
+    assert "sagetrain_worker_wait_seconds must be a positive, finite number" in error.value.cause
+    assert ("nested too deeply" in error.value.cause) is (depth > 500)
+    long = {"sagetrain_worker_wait_seconds": json.dumps("y" * 20_000)}
+    with pytest.raises(UserError) as error:
+        parse_settings(decode_hyperparameters(long), tmp_path / "hp.json")
+    assert len(error.value.cause) < 300 and "20,000 characters" in error.value.cause
+
+
 def test_waits_accept_fractions(tmp_path):
     raw = {"sagetrain_worker_wait_seconds": "2.5", "sagetrain_launch_wait_seconds": "0.5"}
     settings = parse_settings(decode_hyperparameters(raw), tmp_path / "hp.json")

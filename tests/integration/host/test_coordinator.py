@@ -2,6 +2,7 @@
 cannot prove membership of the job."""
 
 import contextlib
+import json
 import select
 import socket
 import threading
@@ -13,7 +14,7 @@ import pytest
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError, UserError
 from sagetrain.launch import coordinator as coordinator_module
-from sagetrain.launch.admission import PAUSE_SECONDS, Admission
+from sagetrain.launch.admission import PAUSE_SECONDS, Admission, HandshakeEnd
 from sagetrain.launch.coordination import wait_for_hosts
 from sagetrain.launch.coordinator import (
     CoordinatorClient,
@@ -22,8 +23,9 @@ from sagetrain.launch.coordinator import (
     send_rank_started,
 )
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded, RankReport
+from sagetrain.launch.handshake import PeerSide
 from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import Hello, Welcome
+from sagetrain.launch.messages import Hello, PakeProof, PakeStart, Welcome, encode
 from sagetrain.report.verdict import RankFailure, Verdict
 
 pytestmark = pytest.mark.timeout(30)
@@ -64,8 +66,8 @@ class CountedAdmission(Admission):
 
     ended: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
-    def end(self, peer: str, *, proved: bool) -> bool:
-        first = super().end(peer, proved=proved)
+    def end(self, peer: str, outcome: HandshakeEnd) -> bool:
+        first = super().end(peer, outcome)
         self.ended.release()
         return first
 
@@ -268,13 +270,14 @@ def test_slow_silent_and_malformed_peers_are_dropped_at_the_handshake_deadline_a
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
     events, _, port = master
-    slow = b'{"type": "pake_start", "host": "algo-2", "pake": "QUJD"}\n'
+    slow = json.dumps(encode(PakeStart("algo-2", "QUJD"))).encode() + b"\n"
     peers = {
         "slow": (slow, 0.25),  # would take 14 s
         "silent": (b"", 0),
         "deep": (b"[" * 1000 + b"\n", 0),  # json cannot read it: RecursionError
         "long": (b"x" * 100_000, 0),
-        "not a message": (b'{"type": "pake_start"}\n', 0),
+        "not a message": (slow.replace(b'"host": "algo-2", ', b""), 0),
+        "not Unicode": (slow.replace(b"algo-2", b"\\ud800"), 0),  # a lone surrogate as the host
     }
     with ThreadPoolExecutor(len(peers)) as pool:
         held = {
@@ -283,16 +286,16 @@ def test_slow_silent_and_malformed_peers_are_dropped_at_the_handshake_deadline_a
         seconds = {name: future.result(30) for name, future in held.items()}
     assert all(value < 5 for value in seconds.values()), seconds
     assert uncaught == []
-    # They all came from this test's address, which is now paused; once that is over, a member joins.
+    # None of them had an answer to test a guess with: their places are given back, their address (this
+    # test's) is not paused, and a member joins at once.
     admission.wait_ended(len(peers))
-    clock.now += PAUSE_SECONDS
     member = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
     member.join(Hello(ssh_host_key="question 3"), Deadline(10, "the master"))
     assert expect(events, HostChanged, HostState.JOINED).host == "algo-2"
     member.close()
 
 
-def test_a_peer_over_its_share_of_handshakes_is_turned_away_unheard_and_heard_again_after_its_pause(clock):
+def test_a_peer_over_its_share_of_handshakes_is_turned_away_unheard_and_heard_once_they_end(clock):
     events = EventQueue()
     admission = CountedAdmission(clock=clock, max_handshakes=8, max_per_peer=4)
     server = CoordinatorServer(
@@ -307,12 +310,35 @@ def test_a_peer_over_its_share_of_handshakes_is_turned_away_unheard_and_heard_ag
         extra.close()
     finally:
         for sock in held:
-            sock.close()  # four handshakes failed: the address is paused
+            sock.close()  # unanswered: no guess tested, the address is not paused
     try:
-        admission.wait_ended(len(held))  # the pause starts when the last failure is recorded
-        assert not send_rank_started(("127.0.0.1", port), KEYS["algo-2"], 1, "algo-2", seconds=1)
-        clock.now += PAUSE_SECONDS
+        admission.wait_ended(len(held))
         assert send_rank_started(("127.0.0.1", port), KEYS["algo-2"], 1, "algo-2", seconds=15)
         assert expect(events, RankReport) == RankReport(1, "algo-2")
     finally:
         server.close()
+
+
+def test_three_wrong_proofs_pause_an_address_and_text_no_encoder_takes_ends_only_its_connection(
+    master, clock, admission, monkeypatch
+):
+    """An outsider answered three times has tested three guesses: its address waits out the pause. A
+    proof or a MAC field that is not ASCII, or not even Unicode, is a wrong proof, not a dead thread."""
+    uncaught = []
+    monkeypatch.setattr(threading, "excepthook", uncaught.append)
+    events, _, port = master
+    for proof in ("\u00e9" * 64, "\ud800", "0" * 64):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            peer = PeerSide("algo-2", ROGUE.host_key("algo-2"))
+            sock.sendall(json.dumps(encode(peer.start())).encode() + b"\n")
+            assert sock.recv(4096)  # the master's answer
+            sock.sendall(json.dumps(encode(PakeProof(proof))).encode() + b"\n")
+            assert sock.recv(4096) == b""  # closed
+    admission.wait_ended(3)
+    assert uncaught == []
+    assert not send_rank_started(("127.0.0.1", port), KEYS["algo-2"], 1, "algo-2", seconds=1)  # paused
+    clock.now += PAUSE_SECONDS
+    member = CoordinatorClient(EventQueue(), "127.0.0.1", port, "algo-2", KEYS["algo-2"])
+    member.join(Hello(ssh_host_key="question 4"), Deadline(10, "the master"))
+    assert expect(events, HostChanged, HostState.JOINED).host == "algo-2"
+    member.close()

@@ -139,8 +139,12 @@ class HyperparameterReader:
 
     def bad(self, key: str, expected: str) -> UserError:
         value = self.decoded[key]
-        # Masked before repr quotes it: a secret nested in a dict value is masked in any quoting.
-        got = MASK if looks_secret(key) else repr(Redactor.of(nested_secrets(key, value)).structure(value))
+        try:
+            # Masked before it is quoted: a secret nested in a dict value is masked in any quoting.
+            masked = Redactor.of(nested_secrets(key, value)).structure(value)
+            got = MASK if looks_secret(key) else quoted(masked)
+        except RecursionError:
+            got = "a value nested too deeply to quote"
         return UserError(f"{self.source} field {key} must be {expected}, got {got}")
 
     def boolean(self, key: str, default: bool = False) -> bool:

@@ -1,6 +1,7 @@
 """Which connections the master's coordinator takes on, so that no one on the job's network can starve it:
-a bound on the handshakes under way (in all, and per peer address), a pause for a peer whose handshakes
-keep failing, and refusals counted rather than logged one line each. Pure but for the clock it is given.
+a bound on the handshakes under way (in all, and per peer address), at most three guesses of a key per
+pause for an address that has never proved membership, and refusals counted rather than logged one line
+each. Pure but for the clock it is given.
 """
 
 from __future__ import annotations
@@ -9,21 +10,33 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 # Handshakes under way at once: in all (rank launchers of a large job report at once; each waits for a
 # place and retries), and from one peer address (one host runs at most a few dozen ranks).
 MAX_HANDSHAKES = 256
 MAX_HANDSHAKES_PER_PEER = 32
-# A peer whose handshakes failed this many times in a row waits this long before it is heard again: a
-# member never fails one, and each failure let its sender test one guess of a key.
+# An address that has never proved membership has at most this many handshakes answered and not yet
+# proved (each lets its sender test one guess of a key); after this many failures in a row it waits
+# PAUSE_SECONDS before it is heard again, with a new allowance. A member never fails one.
 FAILURES_BEFORE_PAUSE = 3
 PAUSE_SECONDS = 30.0
+
+
+class HandshakeEnd(Enum):
+    """How a handshake the master took on ended."""
+
+    PROVED = "proved"  # the peer proved membership
+    FAILED = "failed"  # answered (the peer could test one guess), not proved
+    UNANSWERED = "unanswered"  # ended before the master answered: no guess tested, nothing counted
 
 
 @dataclass
 class _Peer:
     handshakes: int = 0
+    answered: int = 0  # handshakes answered and not yet ended
     failures: int = 0
+    proved: bool = False  # this address has proved membership: its hosts' processes are not held to guesses
     paused_until: float = 0.0
     refused: int = 0  # connections refused, or handshakes failed, since it was last reported
     logged: bool = False  # a failed handshake of this peer has had its log line
@@ -32,7 +45,8 @@ class _Peer:
 @dataclass
 class Admission:
     """The coordinator's book of peers. ``begin`` before a handshake (False: close the connection at
-    once), then ``end`` with whether the peer proved membership."""
+    once), ``may_answer`` before the master's answer (False: close it unanswered), then ``end`` with the
+    handshake's outcome."""
 
     clock: Callable[[], float] = time.monotonic
     max_handshakes: int = MAX_HANDSHAKES
@@ -52,20 +66,34 @@ class Admission:
             self._under_way += 1
             return True
 
-    def end(self, peer: str, *, proved: bool) -> bool:
+    def may_answer(self, peer: str) -> bool:
+        """Whether the master may answer this handshake of ``peer`` (one begun): an address that has never
+        proved membership gets no more answers than it has guesses left."""
+        with self._lock:
+            state = self._peers[peer]
+            if not state.proved and state.failures + state.answered >= FAILURES_BEFORE_PAUSE:
+                state.refused += 1
+                return False
+            state.answered += 1
+            return True
+
+    def end(self, peer: str, outcome: HandshakeEnd) -> bool:
         """The handshake is over; whether it was the peer's first failed one (the one worth a log line:
         the others are counted for ``refusals``)."""
         with self._lock:
             state = self._peers[peer]
             state.handshakes -= 1
             self._under_way -= 1
-            if proved:
-                state.failures = 0
+            if outcome is not HandshakeEnd.UNANSWERED:
+                state.answered -= 1
+            if outcome is HandshakeEnd.PROVED:
+                state.failures, state.proved = 0, True
+            if outcome is not HandshakeEnd.FAILED:
                 return False
             state.failures += 1
             state.refused += 1
             if state.failures >= FAILURES_BEFORE_PAUSE:
-                state.paused_until = self.clock() + PAUSE_SECONDS
+                state.failures, state.paused_until = 0, self.clock() + PAUSE_SECONDS
             first, state.logged = not state.logged, True
             return first
 

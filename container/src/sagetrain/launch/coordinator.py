@@ -40,7 +40,7 @@ from typing import Any
 
 from sagetrain.deadline import Backoff, Deadline
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.launch.admission import Admission
+from sagetrain.launch.admission import Admission, HandshakeEnd
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded, RankReport
 from sagetrain.launch.handshake import HandshakeFailed, MasterSide, PeerSide
 from sagetrain.launch.membership import MEMBERSHIP_INPUTS, canonical, mac, verified
@@ -180,9 +180,13 @@ class Connection:
 
 
 def authenticate_peer(
-    connection: Connection, host_keys: Mapping[str, bytes], deadline: Deadline
+    connection: Connection,
+    host_keys: Mapping[str, bytes],
+    deadline: Deadline,
+    may_answer: Callable[[], bool] = lambda: True,
 ) -> tuple[str, Message]:
     """Master's side of the handshake: (the peer's host, its first message), the connection secure.
+    The master answers only when ``may_answer()`` (its answer lets the peer test one guess of a key).
     Raises HandshakeFailed when the peer does not prove membership of the job within ``deadline``."""
     start = connection.receive(deadline)
     if not isinstance(start, PakeStart):
@@ -191,6 +195,8 @@ def authenticate_peer(
     # A host that is not the job's gets an answer like any other, under a key nobody has: it learns
     # nothing about which hosts are, and fails like a member with the wrong key.
     side = MasterSide(start, secrets.token_bytes(32) if key is None else key)
+    if not may_answer():
+        raise HandshakeFailed("its address has no guesses left before its pause")
     try:
         connection.send(side.reply)
     except OSError:
@@ -307,29 +313,44 @@ class CoordinatorServer:
             _enable_keepalive(sock)
             threading.Thread(target=self._serve, args=(Connection(sock), peer), daemon=True).start()
         except (OSError, RuntimeError):  # RuntimeError: no thread can be started now
-            self._admission.end(peer, proved=True)
+            self._admission.end(peer, HandshakeEnd.UNANSWERED)
             with contextlib.suppress(OSError):
                 sock.close()
 
     def _serve(self, connection: Connection, peer: str) -> None:
         deadline = Deadline(HANDSHAKE_SECONDS, f"the handshake of a coordinator connection from {peer}")
+        answered = False
+
+        def may_answer() -> bool:
+            nonlocal answered
+            answered = self._admission.may_answer(peer)
+            return answered
+
         try:
-            host, first = authenticate_peer(connection, self._host_keys, deadline)
-        except HandshakeFailed as failed:
-            if self._admission.end(peer, proved=False):
-                log.warning(
-                    "refused a coordinator connection from %s: it did not prove membership of this job (%s); "
-                    "further refusals of that peer are counted, not logged", peer, failed,
-                )  # fmt: skip
+            host, first = authenticate_peer(connection, self._host_keys, deadline, may_answer)
+        except Exception as failed:  # whatever a peer sends ends its connection alone, its place given back
+            self._refused(peer, failed, answered)
             connection.close()
             return
-        self._admission.end(peer, proved=True)
+        self._admission.end(peer, HandshakeEnd.PROVED)
         if isinstance(first, (RankStarted, RankFailed)):
             self._take_rank_report(connection, host, first)
         elif isinstance(first, Hello) and self._admit(connection, host, first):
             self._relay(connection, host)
         else:
             connection.close()
+
+    def _refused(self, peer: str, failed: Exception, answered: bool) -> None:
+        if not answered:
+            self._admission.end(peer, HandshakeEnd.UNANSWERED)
+            return
+        if self._admission.end(peer, HandshakeEnd.FAILED):
+            # Our own reasons only: a peer's text is never logged as ours.
+            reason = failed if isinstance(failed, HandshakeFailed) else "a message the handshake cannot read"
+            log.warning(
+                "refused a coordinator connection from %s: it did not prove membership of this job (%s); "
+                "further refusals of that peer are counted, not logged", peer, reason,
+            )  # fmt: skip
 
     def _take_rank_report(self, connection: Connection, host: str, report: RankStarted | RankFailed) -> None:
         """A rank launcher's report on its own short connection, acknowledged so it precedes its exit;
@@ -371,11 +392,14 @@ class CoordinatorServer:
 
     def _relay(self, connection: Connection, host: str) -> None:
         """A joined host's messages as events, until its connection ends (LOST before the verdict)."""
-        while (message := connection.receive()) is not None:
-            if isinstance(message, Ready):
-                self._events.put(HostChanged(host, HostState.READY))
-            elif isinstance(message, Outcome):
-                self._events.put(HostChanged(host, HostState.DONE, verdict=message.verdict))
+        try:
+            while (message := connection.receive()) is not None:
+                if isinstance(message, Ready):
+                    self._events.put(HostChanged(host, HostState.READY))
+                elif isinstance(message, Outcome):
+                    self._events.put(HostChanged(host, HostState.DONE, verdict=message.verdict))
+        except Exception:  # a message nothing reads: the connection ends as if closed
+            log.warning("dropped host %s's coordinator connection: a message it sent could not be read", host)
         with self._changed:
             self._hosts.pop(host, None)
             lost = not (self._verdict_sent or self._closing)

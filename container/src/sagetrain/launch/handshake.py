@@ -31,7 +31,7 @@ from spake2 import SPAKE2_A, SPAKE2_B
 from spake2.ed25519_basic import NotOnCurve
 from spake2.spake2 import SPAKEError
 
-from sagetrain.launch.membership import canonical
+from sagetrain.launch.membership import canonical, same_digest
 from sagetrain.launch.messages import PakeProof, PakeReply, PakeStart
 
 MASTER_ID = b"master"
@@ -94,7 +94,7 @@ class PeerSide:
         except _NOT_A_SPAKE2_MESSAGE:
             raise HandshakeFailed("the master's SPAKE2 message is not valid") from None
         keys = SessionKeys.of(shared, self._start, reply.pake)
-        if not hmac.compare_digest(reply.proof, keys.master_proof):
+        if not same_digest(keys.master_proof, reply.proof):
             raise HandshakeFailed("the master did not prove membership of the job")
         return PakeProof(keys.peer_proof), keys.session
 
@@ -114,6 +114,6 @@ class MasterSide:
         self.reply = PakeReply(pake, self._keys.master_proof)
 
     def finish(self, proof: object) -> bytes:
-        if not isinstance(proof, PakeProof) or not hmac.compare_digest(proof.proof, self._keys.peer_proof):
+        if not isinstance(proof, PakeProof) or not same_digest(self._keys.peer_proof, proof.proof):
             raise HandshakeFailed("the peer did not prove membership of the job")
         return self._keys.session

@@ -67,4 +67,10 @@ class Membership:
 
 
 def verified(key: bytes, expected: str, *parts: bytes) -> bool:
-    return hmac.compare_digest(mac(key, *parts), expected)
+    return same_digest(mac(key, *parts), expected)
+
+
+def same_digest(ours: str, theirs: str) -> bool:
+    """Whether a peer's hex digest is ours, in constant time; a peer's text of any characters is simply
+    not ours (hmac.compare_digest refuses text that is not ASCII)."""
+    return hmac.compare_digest(ours.encode(), theirs.encode("utf-8", "surrogatepass"))

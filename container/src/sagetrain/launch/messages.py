@@ -242,15 +242,25 @@ def _read_object(cls: type[T], fields: Mapping[str, Any]) -> T:
     return cls(**values)
 
 
+def _text(value: str) -> str:
+    """``value``, text that can be written out again: JSON can carry lone surrogates (``"\\ud800"``),
+    which no encoder takes."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise Malformed("text that is not Unicode") from None
+    return value
+
+
 def _read(hint: Any, value: Any) -> Any:
     if hint is str or hint is int:
         if not isinstance(value, hint) or isinstance(value, bool):
             raise Malformed(f"{value!r} is not {hint.__name__}")
-        return value
+        return _text(value) if isinstance(value, str) else value
     if typing.get_origin(hint) is tuple:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise Malformed(f"{value!r} is not a list of text")
-        return tuple(value)
+        return tuple(_text(item) for item in value)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
         return _read_object(hint, value)
     raise Malformed(f"{value!r} is not a {hint}")

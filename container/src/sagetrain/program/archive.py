@@ -48,7 +48,9 @@ MiB = 1 << 20
 RESERVED_BYTES = 16 * MiB
 RESERVED_FILES = 1_000
 # tarfile reads a GNU long name or a pax header whole into memory; real ones hold a few hundred bytes.
-MAX_EXTENDED_HEADER = 1 * MiB
+# It reads a chain of them recursively, so Python's recursion limit (RecursionError, refused as an
+# unreadable archive) bounds a chain to about a thousand: 64 MiB held at the most.
+MAX_EXTENDED_HEADER = 64 << 10
 # Only zeros may follow the end-of-archive block (padding to a record: 10 KiB as tar and tarfile write
 # it); this much is read to check it, and for a compressed archive to reach its checksum.
 MAX_TRAILER = 16 * MiB
@@ -61,7 +63,7 @@ _EXTENDED_HEADERS = (
 )  # fmt: skip
 # What reading a damaged archive raises: tarfile's errors, the decompressors' (gzip's and bz2's are
 # OSError), and a number or name tarfile could not parse.
-_READ_ERRORS = (tarfile.TarError, EOFError, OSError, ValueError, zlib.error, lzma.LZMAError)
+_READ_ERRORS = (tarfile.TarError, EOFError, OSError, ValueError, zlib.error, lzma.LZMAError, RecursionError)
 # Errors writing a member that come from the volume rather than from the archive.
 VOLUME_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _VOLUME_BROKEN = frozenset({errno.EIO, errno.EROFS})

@@ -152,7 +152,13 @@ def _exchange_as_master(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
         keys = {host: _checked_hello(host, hello) for host, hello in hellos.items()}
         trust = trust_of({**keys, exchange.current_host: own})
         for worker in workers:
-            server.send_to(worker, trust)
+            try:
+                server.send_to(worker, trust)
+            except OSError:
+                raise PlatformError(
+                    f"host {worker} sent its ssh keys, then its connection to port {port} closed before it "
+                    "had the job's; see that host's log for why"
+                ) from None
         # A worker closes its connection once it has the keys.
         still = server.wait_until_disconnected(deadline)
         if still:
