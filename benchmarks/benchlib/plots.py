@@ -23,6 +23,7 @@ def scaling_plot(
     series: Mapping[str, Sequence[Point]],
     *,
     log_x: bool = False,
+    log_base: int = 2,
     note: str = "",
 ) -> Path:
     """One line per series, each point its median with its min-max range as an error bar; ``path``."""
@@ -35,7 +36,7 @@ def scaling_plot(
         above = [point[3] - point[1] for point in ordered]
         axes.errorbar(xs, medians, yerr=[below, above], marker="o", capsize=3, label=label)
     if log_x:
-        axes.set_xscale("log", base=2)
+        axes.set_xscale("log", base=log_base)
     axes.set_title(title)
     axes.set_xlabel(x_label)
     axes.set_ylabel(y_label)

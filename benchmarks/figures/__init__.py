@@ -7,9 +7,11 @@ from figures import (
     channel_read,
     entry_overhead,
     image_sizes,
+    large_files,
     mwms_trainer_vs_fit,
     mwms_vs_horovod,
     rendezvous,
+    small_files,
     synthetic,
     teardown,
     trainer_vs_fit,
@@ -28,5 +30,7 @@ FIGURES: dict[int, ModuleType] = {
         synthetic,
         mwms_vs_horovod,
         mwms_trainer_vs_fit,
+        small_files,
+        large_files,
     )
 }
