@@ -258,10 +258,12 @@ def _rows(kind: ChannelKind, title: str, samples: Samples) -> list[Row]:
             f"{count:,} files of {kind.records_per_file} records ({kind.file_bytes() / 1024:,.0f} KiB), "
             f"global batch {kind.batch_size}, {kind.timed_epochs(count)} timed epoch(s); {len(pairs)} run(s)"
         )
-        for measure_name, unit, attribute, target in MEASURES:
+        for index, (measure_name, unit, attribute, target) in enumerate(MEASURES):
             values = tuple((getattr(ours, attribute), getattr(theirs, attribute)) for ours, theirs in pairs)
             name = f"{title}, {distribution}, {count:,} files: {measure_name}"
-            rows.append(Row(kind.number, name, "trainer", "plain tf.data", unit, values, target, note))
+            # The note describes the channel, the same for all its measures: printed once.
+            row_note = note if index == 0 else ""
+            rows.append(Row(kind.number, name, "trainer", "plain tf.data", unit, values, target, row_note))
     return rows
 
 
