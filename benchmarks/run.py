@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
         ctx = Context(docker, args.image, args.aws_image, args.gpu_image, Path(scratch), args.runs,
-                      rebuild_aws_image=args.rebuild_aws_image, plots_dir=args.json.parent)  # fmt: skip
+                      rebuild_aws_image=args.rebuild_aws_image,
+                      plots_dir=args.json.parent / "plots")  # fmt: skip
         try:
             if docker.image_id(args.image) is None:
                 missing = f"benchmarks: image {args.image} does not exist; build it: scripts/build.sh cpu"

@@ -40,6 +40,7 @@ class JobSpec:
     program: str
     hyperparameters: Mapping[str, object] = field(default_factory=dict)
     channels: Mapping[str, Path] = field(default_factory=dict)
+    sharded: tuple[str, ...] = ()  # channels with S3DistributionType ShardedByS3Key
     entrypoint: str | None = None
     command: tuple[str, ...] = ("train",)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -116,6 +117,8 @@ def write_trees(spec: JobSpec, job_name: str, trees: Path) -> None:
     ]  # fmt: skip
     for name, path in spec.channels.items():
         command += ["--channel", f"{name}={path}"]
+    for name in spec.sharded:
+        command += ["--sharded", name]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0:
         raise JobFailed(f"local-cluster could not write the host trees: {done.stderr.strip() or done.stdout}")

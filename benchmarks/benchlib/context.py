@@ -33,7 +33,7 @@ class Context:
     workdir: Path
     runs: int
     rebuild_aws_image: bool = False
-    plots_dir: Path = Path()  # where the scaling figures' PNGs go: beside the results file
+    plots_dir: Path = Path("benchmarks/plots")  # the scaling figures' PNGs (docs/performance.md shows them)
     facts: dict[str, Any] = field(default_factory=dict)
     _memo: dict[str, Any] = field(default_factory=dict)
     created: Created = field(init=False)  # what a run creates, removed by created.remove_all()

@@ -28,6 +28,7 @@ def scaling_plot(
     *,
     log_x: bool = False,
     log_y: bool = False,
+    log_base: int = 2,
     note: str = "",
 ) -> Path:
     """One line per series, each point its median with its min-max range as an error bar; ``path``."""
@@ -40,8 +41,8 @@ def scaling_plot(
         above = [point[3] - point[1] for point in ordered]
         axes.errorbar(xs, medians, yerr=[below, above], marker="o", capsize=3, label=label)
     if log_x:
-        axes.set_xscale("log", base=2)
-        # Ticks at the measured values (2, 4, 8 …), written as numbers rather than powers of 2.
+        axes.set_xscale("log", base=log_base)
+        # Ticks at the measured values (2, 4, 8 …), written as numbers rather than powers of the base.
         axes.set_xticks(sorted({point[0] for points in series.values() for point in points}))
         axes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     if log_y:  # series an order of magnitude apart (a 30 s sleep against a second) stay readable

@@ -9,9 +9,11 @@ from figures import (
     entry_overhead,
     hosts,
     image_sizes,
+    large_files,
     mwms_trainer_vs_fit,
     mwms_vs_horovod,
     rendezvous,
+    small_files,
     synthetic,
     teardown,
     trainer_vs_fit,
@@ -32,5 +34,7 @@ FIGURES: dict[int, ModuleType] = {
         mwms_trainer_vs_fit,
         hosts,
         coordinator_cost,
+        small_files,
+        large_files,
     )
 }

@@ -15,7 +15,7 @@ the same cores, so the slope here is an upper bound of what one more machine add
 
 The larger jobs get fewer pairs (RUNS_AT_MOST): AWS's side sleeps 30 s at the end of every job and
 imports TensorFlow on every host, so a 32-host pair takes minutes on 2 cores. The plot,
-figure-11-hosts.png, goes beside the results file.
+figure-11-hosts.png, goes to benchmarks/plots/ with the other figures' pictures.
 """
 
 from __future__ import annotations

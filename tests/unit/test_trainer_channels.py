@@ -9,7 +9,7 @@ from sagetrain.config.job_files import JobFiles
 from sagetrain.contracts import RankPlace
 from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.trainer.channels import DataFormat, open_channel
+from sagetrain.trainer.channels import DataFormat, list_data_files, open_channel
 from sagetrain.trainer.job import trainer_job
 from sagetrain.trainer.sharding import ShardLevel
 
@@ -195,4 +195,46 @@ def test_empty_files_are_skipped_so_no_rank_is_left_without_data(tmp_path):
 def test_a_channel_of_empty_files_has_no_records(tmp_path):
     make_files(tmp_path / "input" / "data" / "train", [("a.npz", 0), ("b.npz", 0)])
     with pytest.raises(UserError, match=r"^channel 'train' has no records: its 2 file\(s\) in .* are empty"):
+        open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
+
+
+def test_listing_gives_sizes_in_path_order_without_hidden_or_symlinked_folders(tmp_path):
+    channel = tmp_path / "channel"
+    make_files(
+        channel,
+        [
+            ("b.tfrecord", 3),
+            ("a/z.tfrecord", 2),
+            ("a/.partial", 9),
+            (".cache/c.tfrecord", 4),
+            ("_SUCCESS", 0),
+        ],
+    )
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "d.tfrecord").write_bytes(b"x")
+    (channel / "linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (channel / "e.tfrecord").symlink_to(channel / "b.tfrecord")  # a linked file is read as a file
+    listed = list_data_files(channel)
+    assert [(Path(item.path).relative_to(channel).as_posix(), item.size) for item in listed] == [
+        ("_SUCCESS", 0),
+        ("a/z.tfrecord", 2),
+        ("b.tfrecord", 3),
+        ("e.tfrecord", 3),
+    ]
+
+
+def test_npy_pairs_are_sized_from_the_listing_and_must_share_a_folder(tmp_path):
+    make_files(
+        tmp_path / "input" / "data" / "train",
+        [("p0_x.npy", 8), ("p0_y.npy", 2), ("sub/p1_x.npy", 5), ("sub/p1_y.npy", 1)],
+    )
+    channel = open_channel(
+        spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True
+    )
+    assert [(Path(unit.path).name, unit.size) for unit in channel.shard.files] == [
+        ("p0_x.npy", 10),
+        ("p1_x.npy", 6),
+    ]
+    make_files(tmp_path / "input" / "data" / "train", [("other/p2_x.npy", 5), ("p2_y.npy", 1)])
+    with pytest.raises(UserError, match=r"p2_x.npy has no partner"):
         open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)

@@ -8,6 +8,7 @@ not shuffle or shard by itself.
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,24 +61,34 @@ class Channel:
         return self.declared.input_mode.value
 
 
-def list_data_files(directory: Path) -> list[Path]:
-    """Regular files under ``directory``, recursively, in path order; hidden files and folders skipped
-    (SageMaker and editors leave ``.``-files behind)."""
+def list_data_files(directory: Path) -> list[DataFile]:
+    """Regular files under ``directory``, recursively, with their sizes, sorted by path (as sharding
+    orders them); hidden files and folders skipped (SageMaker and editors leave ``.``-files behind),
+    symlinked folders not entered.
+
+    One ``scandir`` walk with one stat per file, kept as strings: a channel can hold 100,000 files, and
+    every rank lists it before its first batch (Path objects, their sorting and three stats per file
+    took seconds there)."""
     found = []
-    for path in sorted(directory.rglob("*")):
-        relative = path.relative_to(directory)
-        if any(part.startswith(".") for part in relative.parts):
-            continue
-        if path.is_file():
-            found.append(path)
+    pending = [str(directory)]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file():
+                    found.append(DataFile(entry.path, entry.stat().st_size))
+    found.sort(key=lambda item: item.path)
     return found
 
 
-def format_of(channel: str, paths: Sequence[Path], content_type: str | None) -> DataFormat:
+def format_of(channel: str, paths: Sequence[str], content_type: str | None) -> DataFormat:
     """The one format of a channel's files; mixed formats are an error (which reader would apply?)."""
 
-    def one(path: Path) -> DataFormat:
-        name = path.name.lower()
+    def one(path: str) -> DataFormat:
+        name = path.rpartition(os.sep)[2].lower()  # not Path(path).name: once per file of a channel
         if name.endswith(".npz"):
             return DataFormat.NPZ
         if name.endswith(".npy"):
@@ -90,7 +101,9 @@ def format_of(channel: str, paths: Sequence[Path], content_type: str | None) -> 
 
     formats = {one(path): path for path in paths}
     if len(formats) > 1:
-        examples = ", ".join(f"{path.name} ({data_format.value})" for data_format, path in formats.items())
+        examples = ", ".join(
+            f"{Path(path).name} ({data_format.value})" for data_format, path in formats.items()
+        )
         raise UserError(f"channel {channel!r} mixes file formats ({examples}); keep one format per channel.")
     return next(iter(formats), DataFormat.OTHER)
 
@@ -99,25 +112,27 @@ def npy_labels_path(features: Path) -> Path:
     return features.with_name(features.name[: -len(NPY_FEATURES_SUFFIX)] + NPY_LABELS_SUFFIX)
 
 
-def sharding_units(channel: str, paths: Sequence[Path], data_format: DataFormat) -> list[DataFile]:
+def sharding_units(channel: str, files: Sequence[DataFile], data_format: DataFormat) -> list[DataFile]:
     """The files sharding deals out. ``.npy`` data comes in pairs ``<stem>x.npy`` + ``<stem>y.npy``
     (e.g. ``x.npy``/``y.npy`` or ``part0_x.npy``/``part0_y.npy``), dealt out as one unit."""
     if data_format is not DataFormat.NPY:
-        return [DataFile(str(path), path.stat().st_size) for path in paths]
-    names = {path.name for path in paths}
+        return list(files)
+    sizes = {item.path: item.size for item in files}
     units = []
-    for path in paths:
+    for item in files:
+        path = Path(item.path)
         if (
             path.name.endswith(NPY_LABELS_SUFFIX)
-            and path.name[: -len(NPY_LABELS_SUFFIX)] + NPY_FEATURES_SUFFIX in names
+            and str(path.with_name(path.name[: -len(NPY_LABELS_SUFFIX)] + NPY_FEATURES_SUFFIX)) in sizes
         ):
             continue
-        if not path.name.endswith(NPY_FEATURES_SUFFIX) or npy_labels_path(path).name not in names:
+        labels = str(npy_labels_path(path))
+        if not path.name.endswith(NPY_FEATURES_SUFFIX) or labels not in sizes:
             raise UserError(
                 f"channel {channel!r}: {path} has no partner; .npy files come in pairs named "
                 f"<stem>x.npy (features) and <stem>y.npy (labels)."
             )
-        units.append(DataFile(str(path), path.stat().st_size + npy_labels_path(path).stat().st_size))
+        units.append(DataFile(item.path, item.size + sizes[labels]))
     return units
 
 
@@ -156,20 +171,21 @@ def open_channel(
         raise UserError(f"channel {spec.name!r} has no files in {folder}; add data or remove the channel.")
     # An empty file holds no record in any format (and Spark's _SUCCESS markers are empty): skipped, so
     # it neither fails a reader nor counts as a file when dealing files out.
-    paths = [path for path in listed if path.stat().st_size > 0]
-    if not paths:
+    readable = [item for item in listed if item.size > 0]
+    if not readable:
         raise UserError(
             f"channel {spec.name!r} has no records: its {len(listed)} file(s) in {folder} are "
             f"empty; add data or remove the channel."
         )
-    data_format = format_of(spec.name, paths, spec.content_type)
+    data_format = format_of(spec.name, [item.path for item in readable], spec.content_type)
     if reader_needs_format and data_format is DataFormat.OTHER:
         raise UserError(
-            f"channel {spec.name!r}: no reader for files like {paths[0].name}; use .npz, .npy pairs, .csv or "
-            f"TFRecord (.tfrecord with parse_record), or define input_fn(channel, hp) in the module."
+            f"channel {spec.name!r}: no reader for files like {Path(readable[0].path).name}; use .npz, .npy "
+            f"pairs, .csv or TFRecord (.tfrecord with parse_record), or define input_fn(channel, hp) in the "
+            f"module."
         )
     index, count = shard_group(spec, ranks)
-    shard = plan_shard(sharding_units(spec.name, paths, data_format), index, count)
+    shard = plan_shard(sharding_units(spec.name, readable, data_format), index, count)
     files = tuple(unit.path for unit in shard.files)
     return Channel(declared=spec, directory=folder, files=files, data_format=data_format, shard=shard)
 
