@@ -25,7 +25,7 @@ from sagetrain.launch.coordinator import (
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded, RankReport
 from sagetrain.launch.handshake import PeerSide
 from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import Hello, PakeProof, PakeStart, Welcome, encode
+from sagetrain.launch.messages import MAC_FIELD, Hello, Outcome, PakeProof, PakeStart, Welcome, encode
 from sagetrain.report.verdict import RankFailure, Verdict
 
 pytestmark = pytest.mark.timeout(30)
@@ -238,7 +238,8 @@ def test_a_message_altered_or_replayed_on_a_joined_connection_is_dropped_with_th
     client.join(Hello(ssh_host_key="question 1"), Deadline(10, "the master"))
     expect(events, HostChanged, HostState.JOINED)
     # What an attacker on the path can do: send a well-formed message without the session's proof.
-    client._connection.sock.sendall(b'{"type": "outcome", "verdict": {"exit_code": 0}, "mac": "00"}\n')
+    forged = {**encode(Outcome(Verdict(exit_code=0))), MAC_FIELD: "00"}
+    client._connection.sock.sendall(json.dumps(forged).encode() + b"\n")
     assert expect(events, HostChanged, HostState.LOST).host == "algo-2"
     client.close()
 

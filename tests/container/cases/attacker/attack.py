@@ -37,7 +37,7 @@ from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator import open_authenticated
 from sagetrain.launch.handshake import HandshakeFailed
 from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import Ack, Hello, RankFailed, Welcome
+from sagetrain.launch.messages import Ack, Hello, PakeStart, RankFailed, Welcome, encode
 from sagetrain.report.verdict import RankFailure
 
 IMPOSTOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIImpostorKeyImpostorKeyImpostorKeyImpostorKeyI impostor"
@@ -116,7 +116,7 @@ def flood(args: argparse.Namespace) -> dict:
         with socket.create_connection(address, timeout=20) as sock:
             results[name] = run(sock)
 
-    slow = b'{"type": "pake_start", "host": "algo-2", "pake": "QUJDRA=="}\n'
+    slow = json.dumps(encode(PakeStart("algo-2", "QUJDRA=="))).encode() + b"\n"
     probes = [
         threading.Thread(target=probe, args=("slow", lambda s: held_for(s, slow, 4.0, 120.0))),
         threading.Thread(target=probe, args=("deep", lambda s: closed_after(s, b"[" * 1000 + b"\n", 60.0))),
