@@ -10,55 +10,19 @@ on first use (kept tagged for reuse). Not part of the test suite.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-# The benchmarks' own environment: what benchmarks/requirements.txt pins (the plots), made on first use.
-BENCH_VENV = Path(os.environ.get("SAGETRAIN_BENCH_VENV", REPO / "benchmarks" / ".venv"))
-REQUIREMENTS = REPO / "benchmarks" / "requirements.txt"
+from benchlib.bench_env import run_in_bench_env
 
-
-def _bench_python() -> Path:
-    """The benchmarks' interpreter, its packages as pinned (installed again when the pins change)."""
-    python = BENCH_VENV / "bin" / "python"
-    stamp = BENCH_VENV / "requirements.txt"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-    if not stamp.exists() or stamp.read_text() != REQUIREMENTS.read_text():
-        print(f"benchmarks: installing {REQUIREMENTS.relative_to(REPO)} into {BENCH_VENV}", flush=True)
-        subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--disable-pip-version-check",
-                "-r",
-                str(REQUIREMENTS),
-            ],
-            check=True,
-        )
-        stamp.write_text(REQUIREMENTS.read_text())
-    return python
-
-
-if importlib.util.find_spec("localcluster") is None or Path(sys.prefix) != BENCH_VENV.resolve():
-    # Started as `python3 benchmarks/run.py`: again under the benchmarks' interpreter, with the
-    # repository's packages (the one Docker client, sagetrain's Deadline) through the same launcher as
-    # scripts/local-cluster's; benchlib and figures are beside this file.
-    os.environ["PYTHON"] = str(_bench_python())
-    os.execv(REPO / "scripts" / "repo-python", ["repo-python", "-B", __file__, *sys.argv[1:]])
+run_in_bench_env(__file__)
 
 from benchlib.cluster import JobFailed  # noqa: E402 (after the launcher check)
 from benchlib.context import Context  # noqa: E402 (after the launcher check)

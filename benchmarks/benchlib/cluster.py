@@ -44,6 +44,7 @@ class JobSpec:
     entrypoint: str | None = None
     command: tuple[str, ...] = ("train",)
     env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, Path] = field(default_factory=dict)  # container path -> host file, read-only
     timeout_seconds: float = 600.0
 
 
@@ -171,6 +172,8 @@ def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
                 args += ["--entrypoint", spec.entrypoint]
             for key, value in spec.env.items():
                 args += ["--env", f"{key}={value}"]
+            for target, source in spec.files.items():
+                args += ["--mount", f"type=bind,source={source.resolve()},target={target},readonly"]
             created.create_container(containers[host], [*args, spec.image, *spec.command])
         issued = time.time()  # Docker's part of a start begins here (it starts them one by one)
         docker.run(["start", *containers.values()])

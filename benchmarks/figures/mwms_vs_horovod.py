@@ -5,6 +5,9 @@ first and the last epoch line by the time Docker received them, so start-up and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 from benchlib.cluster import JobFailed, JobSpec, run_job
 from benchlib.context import DATA_RECORDS, PAYLOAD, Context, alternating
 from benchlib.report import NO_TARGET, Row
@@ -19,16 +22,33 @@ ENGINES = {
 }
 
 
-def _samples_per_second(ctx: Context, engine: str) -> float:
-    spec = JobSpec(
+def job_spec(
+    ctx: Context,
+    engine: str,
+    extra: Mapping[str, object] | None = None,
+    files: Mapping[str, Path] | None = None,
+) -> JobSpec:
+    """The figure's job; `extra` hyperparameters and `files` put over the image's are the lab's variants
+    (benchmarks/lab/mwms_variants.py)."""
+    return JobSpec(
         image=ctx.image,
         hosts=2,
         code=PAYLOAD,
         program="distributed_fit.py",
-        hyperparameters={**HYPERPARAMETERS, **ENGINES[engine]},
+        hyperparameters={**HYPERPARAMETERS, **ENGINES[engine], **(extra or {})},
         channels={"train": ctx.data_dir() / "train"},
+        files=files or {},
         timeout_seconds=900,
     )
+
+
+def samples_per_second(
+    ctx: Context,
+    engine: str,
+    extra: Mapping[str, object] | None = None,
+    files: Mapping[str, Path] | None = None,
+) -> float:
+    spec = job_spec(ctx, engine, extra, files)
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
     master = job.hosts[0]
     epochs = [line for line in master.log if "epoch=" in line.text and "loss=" in line.text]
@@ -43,7 +63,7 @@ def samples(ctx: Context) -> list[Row]:
     pairs = []
     for index, mwms_first in alternating(ctx.runs):
         order = ["mwms", "horovod"] if mwms_first else ["horovod", "mwms"]
-        measured = {engine: _samples_per_second(ctx, engine) for engine in order}
+        measured = {engine: samples_per_second(ctx, engine) for engine in order}
         ctx.say(
             f"[{NUMBER}] run {index + 1}: MWMS {measured['mwms']:.0f}/s, Horovod {measured['horovod']:.0f}/s"
         )

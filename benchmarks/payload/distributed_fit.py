@@ -2,10 +2,25 @@
 under MultiWorkerMirroredStrategy when the job has TF_CONFIG, else with Horovod's DistributedOptimizer
 over MPI. Both read every file and keep their share of the records (tf.data DATA sharding, and
 `Dataset.shard` by rank), with the same global batch, so both do the same work per epoch. Prints
-``epoch=N`` at the end of every epoch; the harness times those lines on algo-1."""
+``epoch=N`` at the end of every epoch; the harness times those lines on algo-1.
+
+The figure passes none of the hyperparameters below; `benchmarks/lab/mwms_variants.py` passes them to
+find where MultiWorkerMirroredStrategy's time goes (each absent one leaves the figure's job as it is):
+
+- ``collective``, ``bytes_per_pack``, ``collective_timeout``: the strategy's CommunicationOptions;
+- ``auto_shard``: the tf.data auto-shard policy (``DATA``, the figure's, or ``FILE``);
+- ``step_results``: how each step's loss and metric results are reduced across the workers:
+  ``mean`` (the image's Keras, one collective per value), ``packed`` (one collective for them all) or
+  ``local`` (none: each worker's own values, as Horovod's `fit` has them);
+- ``steps_per_epoch``: the dataset repeats and every epoch is that many steps, so the distributed
+  iterator makes no per-step collective to agree that every worker still has data;
+- ``steps_per_execution``: Keras's steps per call of the training function (both engines);
+- ``count_collectives``: prints ``collectives={...}`` at the end on rank 0: the all-reduces TensorFlow
+  traced, by the function they were traced in (each function is traced once: per step, per call)."""
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import keras
@@ -15,6 +30,7 @@ from model_module import build_model, parse_record
 hp = json.loads(os.environ["SM_HPS"])
 files = sorted(str(path) for path in Path(os.environ["SM_CHANNEL_TRAIN"]).glob("*.tfrecord"))
 keras.utils.set_random_seed(hp.get("seed", 0))
+steps_per_epoch = hp.get("steps_per_epoch")
 
 
 def records() -> tf.data.Dataset:
@@ -31,22 +47,103 @@ class EpochLine(keras.callbacks.Callback):
             print(f"epoch={epoch + 1} loss={(logs or {})['loss']:.4f}", flush=True)
 
 
+def communication_options() -> tf.distribute.experimental.CommunicationOptions | None:
+    if not {"collective", "bytes_per_pack", "collective_timeout"} & hp.keys():
+        return None
+    return tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=hp.get("bytes_per_pack", 0),
+        timeout_seconds=hp.get("collective_timeout"),
+        implementation=hp.get("collective", "AUTO"),
+    )
+
+
+def reduce_step_results(how: str) -> None:
+    """Replaces the image's Keras reduction of each step's results under a multi-worker strategy."""
+    from keras.src.backend.tensorflow import trainer
+
+    image_reduction = trainer.reduce_per_replica
+
+    def local(values: object, strategy: tf.distribute.Strategy, reduction: str) -> object:
+        return image_reduction(values, strategy, "first" if reduction == "auto" else reduction)
+
+    def packed(values: object, strategy: tf.distribute.Strategy, reduction: str) -> object:
+        leaves = tf.nest.flatten(values)
+        if reduction != "auto" or not leaves:
+            return image_reduction(values, strategy, reduction)
+        with tf.device(strategy.extended.worker_devices[0]):
+            placed = [tf.identity(leaf) for leaf in leaves]
+        means = list(placed)
+        for dtype in dict.fromkeys(leaf.dtype for leaf in placed):
+            group = [index for index, leaf in enumerate(placed) if leaf.dtype == dtype]
+            pairs = [(placed[index], placed[index].device) for index in group]
+            reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.MEAN, pairs)
+            for index, value in zip(group, reduced, strict=True):
+                means[index] = strategy.experimental_local_results(value)[0]
+        return tf.nest.pack_sequence_as(values, means)
+
+    trainer.reduce_per_replica = {"local": local, "packed": packed}[how]
+
+
+def count_collectives() -> Counter:
+    """The strategy's all-reduces (cross_device_utils calls collective_ops.all_reduce_v2), counted as
+    they are traced, by the name of the function traced (``eager`` outside any)."""
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import collective_ops
+
+    counts: Counter = Counter()
+    all_reduce = collective_ops.all_reduce_v2
+
+    def counted(*args, **kwargs):
+        counts[ops.get_default_graph().name if ops.inside_function() else "eager"] += 1
+        return all_reduce(*args, **kwargs)
+
+    collective_ops.all_reduce_v2 = counted
+    return counts
+
+
+def repeated(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    return dataset.repeat() if steps_per_epoch else dataset
+
+
 shuffle = {"buffer_size": hp.get("shuffle_buffer", 10_000), "seed": hp.get("seed", 0)}
+compile_options = {"steps_per_execution": hp.get("steps_per_execution", 1)}
 if "TF_CONFIG" in os.environ:
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options())
+    traced = count_collectives() if hp.get("count_collectives") else None
+    if hp.get("step_results", "mean") != "mean":
+        reduce_step_results(hp["step_results"])
     options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    dataset = records().shuffle(**shuffle).batch(hp["batch_size"]).with_options(options)
+    policy = hp.get("auto_shard", "DATA")
+    options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
+    dataset = repeated(records().shuffle(**shuffle)).batch(hp["batch_size"]).with_options(options)
     with strategy.scope():
         model = build_model(hp)
+        model.compile(
+            optimizer=keras.optimizers.Adam(hp.get("learning_rate", 0.001)),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            **compile_options,
+        )
     callbacks: list = [EpochLine()]
 else:
     import horovod.tensorflow.keras as hvd
 
     hvd.init()
-    dataset = records().shard(hvd.size(), hvd.rank()).shuffle(**shuffle).batch(hp["batch_size"] // hvd.size())
+    local_batch = hp["batch_size"] // hvd.size()
+    dataset = repeated(records().shard(hvd.size(), hvd.rank()).shuffle(**shuffle)).batch(local_batch)
     model = build_model(hp)
     optimizer = hvd.DistributedOptimizer(keras.optimizers.Adam(hp.get("learning_rate", 0.001)))
-    model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=optimizer, loss="sparse_categorical_crossentropy", metrics=["accuracy"], **compile_options
+    )
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), EpochLine()]
-model.fit(dataset.prefetch(tf.data.AUTOTUNE), epochs=hp["epochs"], verbose=0, callbacks=callbacks)
+    traced = None
+model.fit(
+    dataset.prefetch(tf.data.AUTOTUNE),
+    epochs=hp["epochs"],
+    steps_per_epoch=steps_per_epoch,
+    verbose=0,
+    callbacks=callbacks,
+)
+if traced is not None and os.environ.get("SAGETRAIN_RANK", "0") == "0":
+    print(f"collectives={json.dumps(dict(traced))}", flush=True)

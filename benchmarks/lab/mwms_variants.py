@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Where MultiWorkerMirroredStrategy's `fit` loses to Horovod's on figure 9's job: each variant runs
+figure 9's MWMS job with a few more hyperparameters (payload/distributed_fit.py says what each does)
+and is paired with figure 9's unchanged Horovod job, the order flipping pair by pair. The variants take
+turns round by round, so drift on a shared machine spreads over all of them. Prints one Markdown row
+per variant (samples/s, the ratio to Horovod, the time per step that MWMS adds, the 1-minute load
+average at each pair's start) and writes every pair to a JSON file.
+
+    python3 benchmarks/lab/mwms_variants.py --pairs 3
+    python3 benchmarks/lab/mwms_variants.py --pairs 3 --only figure,local-results
+    python3 benchmarks/lab/mwms_variants.py --collectives --only figure,packed-results
+
+With --keras-trainer FILE, every MWMS job runs FILE in place of the image's Keras TensorFlow trainer
+(`keras/src/backend/tensorflow/trainer.py`, bind-mounted read-only): a changed Keras patch measured
+without rebuilding the image. To make FILE from the image and a patch of container/keras/patches:
+
+    docker run --rm --entrypoint cat sagemaker-tf-horovod:cpu \
+        /opt/venv/lib/python3.11/site-packages/keras/src/backend/tensorflow/trainer.py > trainer.py
+    patch trainer.py -R < (the patch as the image was built with it)
+    patch trainer.py < (the changed patch)
+
+With --collectives it times nothing: one 1-epoch MWMS job per variant prints the all-reduces TensorFlow
+traced into each function of the job (payload's ``count_collectives``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchlib and figures, beside run.py
+from benchlib.bench_env import run_in_bench_env
+
+run_in_bench_env(__file__)
+
+from benchlib.cluster import run_job  # noqa: E402 (after the launcher check)
+from benchlib.context import DATA_RECORDS, Context  # noqa: E402 (after the launcher check)
+from figures.mwms_vs_horovod import HYPERPARAMETERS, job_spec, samples_per_second  # noqa: E402 (after the launcher check)
+from localcluster.dockercli import DockerCli  # noqa: E402 (after the launcher check)
+
+KERAS_TRAINER = "/opt/venv/lib/python3.11/site-packages/keras/src/backend/tensorflow/trainer.py"
+GLOBAL_BATCH = int(HYPERPARAMETERS["batch_size"])
+STEPS_PER_EPOCH = math.ceil(DATA_RECORDS / GLOBAL_BATCH)  # what an epoch of the figure's job takes
+VARIANTS: dict[str, dict[str, object]] = {
+    "figure": {},  # figure 9's MWMS job as it is
+    "ring": {"collective": "RING"},
+    "pack-64k": {"bytes_per_pack": 64 * 1024},
+    "timeout-60": {"collective_timeout": 60},
+    "file-shard": {"auto_shard": "FILE"},
+    "packed-results": {"step_results": "packed"},
+    "local-results": {"step_results": "local"},
+    "no-partial": {"steps_per_epoch": STEPS_PER_EPOCH},
+    "local+no-partial": {"step_results": "local", "steps_per_epoch": STEPS_PER_EPOCH},
+    "packed+no-partial": {"step_results": "packed", "steps_per_epoch": STEPS_PER_EPOCH},
+    "spe-8": {"steps_per_execution": 8},
+    "local+no-partial+spe-8": {
+        "step_results": "local",
+        "steps_per_epoch": STEPS_PER_EPOCH,
+        "steps_per_execution": 8,
+    },
+}
+
+
+class Stopped(Exception):
+    pass
+
+
+def variant_names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"--only: no variant {unknown or text!r}; variants: {', '.join(VARIANTS)}"
+        )
+    return names
+
+
+def ms_per_step(samples_per_second: float) -> float:
+    return 1000 * GLOBAL_BATCH / samples_per_second
+
+
+def spread(values: list[float], digits: int = 0) -> str:
+    return f"{statistics.median(values):,.{digits}f} [{min(values):,.{digits}f}..{max(values):,.{digits}f}]"
+
+
+def table(pairs: list[dict[str, object]], names: list[str]) -> str:
+    lines = [
+        "| variant | MWMS samples/s | Horovod samples/s | MWMS / Horovod | MWMS − Horovod, ms per step "
+        "| load (1 min) | pairs |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        mine = [pair for pair in pairs if pair["variant"] == name]
+        if not mine:
+            continue
+        mwms = [float(pair["mwms"]) for pair in mine]
+        horovod = [float(pair["horovod"]) for pair in mine]
+        ratios = [m / h for m, h in zip(mwms, horovod, strict=True)]
+        extra = [ms_per_step(m) - ms_per_step(h) for m, h in zip(mwms, horovod, strict=True)]
+        loads = [float(pair["load"]) for pair in mine]
+        lines.append(
+            f"| {name} | {spread(mwms)} | {spread(horovod)} | {spread(ratios, 2)} | {spread(extra, 1)} "
+            f"| {spread(loads, 1)} | {len(mine)} |"
+        )
+    return "\n".join(lines)
+
+
+def traced_collectives(ctx: Context, name: str, files: dict[str, Path]) -> str:
+    spec = job_spec(ctx, "mwms", {**VARIANTS[name], "epochs": 1, "count_collectives": True}, files)
+    job = run_job(ctx.created, spec, ctx.workdir).require_success()
+    lines = [line.text for line in job.hosts[0].log if line.text.startswith("collectives=")]
+    return lines[-1].removeprefix("collectives=") if lines else f"(none printed)\n{job.hosts[0].tail()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/lab/mwms_variants.py", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--pairs", type=int, default=3, help="pairs per variant (default 3)")
+    parser.add_argument(
+        "--only", type=variant_names, default=list(VARIANTS), help="variants, e.g. figure,ring"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=Path("benchmarks/lab/mwms-variants.json"), help="pairs file"
+    )
+    parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
+    parser.add_argument("--collectives", action="store_true", help="count traced all-reduces; time nothing")
+    parser.add_argument("--keras-trainer", type=Path, help="a Keras TF trainer.py for the MWMS jobs")
+    args = parser.parse_args(argv)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    docker = DockerCli("docker")
+    files = {KERAS_TRAINER: args.keras_trainer} if args.keras_trainer else {}
+    facts = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "image": args.image,
+        "image_id": docker.image_id(args.image),
+        "keras_trainer": str(args.keras_trainer or ""),
+        "variants": {name: VARIANTS[name] for name in args.only},
+    }
+    pairs: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
+        ctx = Context(docker, args.image, "unused", "unused", Path(scratch), args.pairs)
+        try:
+            if args.collectives:
+                for name in args.only:
+                    print(f"{name}: {traced_collectives(ctx, name, files)}", flush=True)
+                return 0
+            for round_index in range(args.pairs):
+                for index, name in enumerate(args.only):
+                    load = os.getloadavg()[0]
+                    order = ["mwms", "horovod"] if (round_index + index) % 2 == 0 else ["horovod", "mwms"]
+                    extra = {"mwms": (VARIANTS[name], files), "horovod": ({}, {})}
+                    measured = {engine: samples_per_second(ctx, engine, *extra[engine]) for engine in order}
+                    pair = {"variant": name, "first": order[0], "load": load, **measured}
+                    pairs.append(pair)
+                    ratio = measured["mwms"] / measured["horovod"]
+                    ctx.say(
+                        f"[{name}] pair {round_index + 1}: MWMS {measured['mwms']:.0f}/s, Horovod "
+                        f"{measured['horovod']:.0f}/s ({ratio:.2f}), load {load:.2f}"
+                    )
+                    args.json.parent.mkdir(parents=True, exist_ok=True)
+                    args.json.write_text(json.dumps({**facts, "pairs": pairs}, indent=2) + "\n")
+        except Stopped as stop:
+            ctx.say(f"{stop} received: removing what the lab created")
+            return 130
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            ctx.created.remove_all()
+    print(table(pairs, args.only))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
