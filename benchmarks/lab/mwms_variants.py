@@ -41,7 +41,7 @@ from benchlib.bench_env import run_in_bench_env
 
 run_in_bench_env(__file__)
 
-from benchlib.cluster import run_job  # noqa: E402 (after the launcher check)
+from benchlib.cluster import JobFailed, run_job  # noqa: E402 (after the launcher check)
 from benchlib.context import DATA_RECORDS, Context  # noqa: E402 (after the launcher check)
 from figures.mwms_vs_horovod import HYPERPARAMETERS, job_spec, samples_per_second  # noqa: E402 (after the launcher check)
 from localcluster.dockercli import DockerCli  # noqa: E402 (after the launcher check)
@@ -60,12 +60,23 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no-partial": {"steps_per_epoch": STEPS_PER_EPOCH},
     "local+no-partial": {"step_results": "local", "steps_per_epoch": STEPS_PER_EPOCH},
     "packed+no-partial": {"step_results": "packed", "steps_per_epoch": STEPS_PER_EPOCH},
+    "no-agreement": {"partial_batches": False},
+    "packed+no-agreement": {"step_results": "packed", "partial_batches": False},
+    "no-partial-both": {"steps_per_epoch": STEPS_PER_EPOCH},
+    "packed+no-partial-both": {"step_results": "packed", "steps_per_epoch": STEPS_PER_EPOCH},
     "spe-8": {"steps_per_execution": 8},
     "local+no-partial+spe-8": {
         "step_results": "local",
         "steps_per_epoch": STEPS_PER_EPOCH,
         "steps_per_execution": 8,
     },
+}
+
+
+# Variants that change figure 9's Horovod job too (the same input pipeline on both sides).
+HOROVOD_VARIANTS: dict[str, dict[str, object]] = {
+    "no-partial-both": {"steps_per_epoch": STEPS_PER_EPOCH},
+    "packed+no-partial-both": {"steps_per_epoch": STEPS_PER_EPOCH},
 }
 
 
@@ -98,7 +109,7 @@ def table(pairs: list[dict[str, object]], names: list[str]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in names:
-        mine = [pair for pair in pairs if pair["variant"] == name]
+        mine = [pair for pair in pairs if pair["variant"] == name and "failed" not in pair]
         if not mine:
             continue
         mwms = [float(pair["mwms"]) for pair in mine]
@@ -134,7 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--collectives", action="store_true", help="count traced all-reduces; time nothing")
     parser.add_argument("--keras-trainer", type=Path, help="a Keras TF trainer.py for the MWMS jobs")
+    parser.add_argument(
+        "--table", type=Path, nargs="+", help="print the table of these pair files; run nothing"
+    )
     args = parser.parse_args(argv)
+    if args.table:
+        pairs_read = [pair for path in args.table for pair in json.loads(path.read_text())["pairs"]]
+        print(table(pairs_read, list(dict.fromkeys(pair["variant"] for pair in pairs_read))))
+        return 0
 
     def on_signal(signum: int, _frame: object) -> None:
         raise Stopped(signal.Signals(signum).name)
@@ -162,8 +180,16 @@ def main(argv: list[str] | None = None) -> int:
                 for index, name in enumerate(args.only):
                     load = os.getloadavg()[0]
                     order = ["mwms", "horovod"] if (round_index + index) % 2 == 0 else ["horovod", "mwms"]
-                    extra = {"mwms": (VARIANTS[name], files), "horovod": ({}, {})}
-                    measured = {engine: samples_per_second(ctx, engine, *extra[engine]) for engine in order}
+                    extra = {"mwms": (VARIANTS[name], files), "horovod": (HOROVOD_VARIANTS.get(name, {}), {})}
+                    try:
+                        measured = {
+                            engine: samples_per_second(ctx, engine, *extra[engine]) for engine in order
+                        }
+                    except JobFailed as error:
+                        failed = str(error).strip().splitlines()[-3:]
+                        pairs.append({"variant": name, "failed": failed})
+                        ctx.say(f"[{name}] pair {round_index + 1} failed: {' | '.join(failed)}")
+                        continue
                     pair = {"variant": name, "first": order[0], "load": load, **measured}
                     pairs.append(pair)
                     ratio = measured["mwms"] / measured["horovod"]

@@ -14,6 +14,8 @@ find where MultiWorkerMirroredStrategy's time goes (each absent one leaves the f
   ``local`` (none: each worker's own values, as Horovod's `fit` has them);
 - ``steps_per_epoch``: the dataset repeats and every epoch is that many steps, so the distributed
   iterator makes no per-step collective to agree that every worker still has data;
+- ``partial_batches``: false turns the iterator's per-step agreement off without repeating the dataset
+  (`experimental_enable_get_next_as_optional`; safe here only because every worker gets as many batches);
 - ``steps_per_execution``: Keras's steps per call of the training function (both engines);
 - ``count_collectives``: prints ``collectives={...}`` at the end on rank 0: the all-reduces TensorFlow
   traced, by the function they were traced in (each function is traced once: per step, per call)."""
@@ -110,6 +112,8 @@ compile_options = {"steps_per_execution": hp.get("steps_per_execution", 1)}
 if "TF_CONFIG" in os.environ:
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication_options())
     traced = count_collectives() if hp.get("count_collectives") else None
+    if not hp.get("partial_batches", True):
+        strategy.extended.experimental_enable_get_next_as_optional = False
     if hp.get("step_results", "mean") != "mean":
         reduce_step_results(hp["step_results"])
     options = tf.data.Options()
