@@ -138,14 +138,18 @@ class HyperparameterReader:
         self.source = source
 
     def bad(self, key: str, expected: str) -> UserError:
+        return UserError(f"{self.source} field {key} must be {expected}, got {self._shown(key)}")
+
+    def _shown(self, key: str) -> str:
+        """The value of ``key`` as a message quotes it: masked before it is quoted (a secret nested in a
+        dict value is masked in any quoting), and without a walk Python's recursion limit would stop."""
+        if looks_secret(key):
+            return MASK
         value = self.decoded[key]
         try:
-            # Masked before it is quoted: a secret nested in a dict value is masked in any quoting.
-            masked = Redactor.of(nested_secrets(key, value)).structure(value)
-            got = MASK if looks_secret(key) else quoted(masked)
+            return quoted(Redactor.of(nested_secrets(key, value)).structure(value))
         except RecursionError:
-            got = "a value nested too deeply to quote"
-        return UserError(f"{self.source} field {key} must be {expected}, got {got}")
+            return "a value nested too deeply to quote"
 
     def boolean(self, key: str, default: bool = False) -> bool:
         value = self.decoded.get(key, default)
