@@ -674,3 +674,90 @@ def test_a_host_list_that_is_not_a_list_of_names_is_quoted_by_its_start(tmp_path
     cause = limit_error(tmp_path, resources={"current_host": "algo-1", "hosts": ["algo-1", 2] * 100_000})
     assert cause.endswith("must be a list of host names, got ['algo-1', 2, 'algo-1', 2, 'algo-1', 2, "
                           "'algo-1', 2, 'algo-1', 2, 'algo-1', 2, '… (200,000 items)")  # fmt: skip
+
+
+def test_a_derived_images_program_comes_from_its_environment_and_the_hyperparameter_wins(tmp_path):
+    write_tree(tmp_path, hyperparameters={})
+    environ = {"SAGEMAKER_PROGRAM": "train.py"}
+    config = load_job_config(tmp_path, environ=environ)
+    assert config.settings.program == "train.py"
+    # What sagemaker_training builds SM_USER_ENTRY_POINT from says the same.
+    assert config.toolkit_hyperparameters["sagemaker_program"] == "train.py"
+    write_tree(tmp_path, hyperparameters={"sagemaker_program": '"other.py"'})
+    assert load_job_config(tmp_path, environ=environ).settings.program == "other.py"
+    write_tree(tmp_path, hyperparameters={})
+    assert load_job_config(tmp_path).settings.program is None
+
+
+@pytest.mark.parametrize(
+    ("value", "level"),
+    [("40", 40), ('"ERROR"', 40), ('"debug"', 10), ("20.0", 20), ("0", 0)],
+)
+def test_the_container_log_level_is_a_logging_level_by_number_or_name(tmp_path, value, level):
+    write_tree(
+        tmp_path, hyperparameters={"sagemaker_program": '"train.py"', "sagemaker_container_log_level": value}
+    )
+    config = load_job_config(tmp_path, environ={"SAGEMAKER_CONTAINER_LOG_LEVEL": "10"})
+    assert config.settings.log_level == level  # the hyperparameter wins over the environment
+    assert config.toolkit_hyperparameters["sagemaker_container_log_level"] == level
+
+
+def test_the_log_level_comes_from_the_environment_when_no_hyperparameter_sets_it(tmp_path):
+    write_tree(tmp_path)
+    assert load_job_config(tmp_path).settings.log_level is None
+    assert (
+        load_job_config(tmp_path, environ={"SAGEMAKER_CONTAINER_LOG_LEVEL": "WARNING"}).settings.log_level
+        == 30
+    )
+
+
+@pytest.mark.parametrize("value", ['"loud"', "60", "-1", "true"])
+def test_a_log_level_that_is_no_level_is_refused_naming_the_field(tmp_path, value):
+    write_tree(
+        tmp_path, hyperparameters={"sagemaker_program": '"train.py"', "sagemaker_container_log_level": value}
+    )
+    with pytest.raises(
+        UserError, match=r"field sagemaker_container_log_level must be a logging level \(a number"
+    ):
+        load_job_config(tmp_path)
+
+
+def test_a_log_level_variable_that_is_no_level_is_refused_naming_the_variable(tmp_path):
+    write_tree(tmp_path)
+    with pytest.raises(UserError) as refused:
+        load_job_config(tmp_path, environ={"SAGEMAKER_CONTAINER_LOG_LEVEL": "verbose"})
+    assert refused.value.cause.startswith(
+        "environment variable SAGEMAKER_CONTAINER_LOG_LEVEL is 'verbose'; set it to a logging level"
+    )
+
+
+@pytest.mark.parametrize(
+    ("local_path", "expected"),
+    [
+        (None, "checkpoints"),  # no checkpoint configuration: SageMaker's default folder
+        ("/opt/ml/checkpoints", "checkpoints"),
+        ("/opt/ml/checkpoints/run-2", "checkpoints/run-2"),
+        ("/opt/ml/spot", "spot"),
+    ],
+)
+def test_the_checkpoint_configuration_names_the_checkpoint_folder(tmp_path, local_path, expected):
+    from sagetrain.config.checkpoints import read_checkpoint_dir
+
+    JobFiles(("algo-1",), {"sagemaker_program": "train.py"}, checkpoint_local_path=local_path).write(
+        tmp_path, "algo-1"
+    )
+    assert read_checkpoint_dir(Paths(tmp_path)) == tmp_path / expected
+
+
+def test_a_checkpoint_local_path_that_is_not_absolute_is_refused_naming_file_and_field(tmp_path):
+    from sagetrain.config.checkpoints import read_checkpoint_dir
+
+    write_tree(
+        tmp_path, raw={"checkpointconfig.json": json.dumps({"LocalPath": "ckpt", "S3Uri": "s3://b/c"})}
+    )
+    with pytest.raises(UserError) as refused:
+        read_checkpoint_dir(Paths(tmp_path))
+    assert refused.value.cause == (
+        f"{tmp_path}/input/config/checkpointconfig.json field 'LocalPath' is 'ckpt'; it must be an absolute "
+        "folder path such as /opt/ml/checkpoints (the configuration's local path)"
+    )

@@ -1,5 +1,6 @@
 """The job as a trainer rank sees it, and channel planning on real folders, without TensorFlow."""
 
+import json
 import os
 from pathlib import Path
 
@@ -66,7 +67,12 @@ def test_the_trainer_reads_the_launchers_configuration_and_its_place(tmp_path):
     assert job.paths.channel_dir(job.channel("test").name) == tmp_path / "input" / "data" / "test"
     assert job.paths.model_dir == tmp_path / "model"
     assert job.checkpoint_dir == tmp_path / "checkpoints"
-    assert trainer_job({**env, "SAGETRAIN_CHECKPOINT_DIR": "/c"}).checkpoint_dir == Path("/c")
+    # The job's checkpoint configuration names another folder (the SDKs' checkpoint_local_path).
+    config_file = tmp_path / "input" / "config" / "checkpointconfig.json"
+    config_file.write_text(json.dumps({"LocalPath": "/opt/ml/checkpoints/run-2", "S3Uri": "s3://b/c"}))
+    assert trainer_job(env).checkpoint_dir == tmp_path / "checkpoints" / "run-2"
+    config_file.write_text(json.dumps({"LocalPath": "/scratch/ckpt"}))
+    assert trainer_job(env).checkpoint_dir == Path("/scratch/ckpt")
 
 
 def test_hyperparameters_are_decoded_from_their_json_strings(tmp_path):

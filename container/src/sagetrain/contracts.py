@@ -32,8 +32,7 @@ LOCAL_SIZE_VAR = "SAGETRAIN_LOCAL_SIZE"
 # Where a failing program may leave its one-sentence cause (see write_error_file).
 ERROR_FILE_VAR = "SAGETRAIN_ERROR_FILE"
 RUN_DIR_VAR = "SAGETRAIN_RUN_DIR"
-# Optional, for the managed trainer: its checkpoint folder, and a folder for per-rank diagnostics.
-CHECKPOINT_DIR_VAR = "SAGETRAIN_CHECKPOINT_DIR"
+# Optional, for the managed trainer: a folder for per-rank diagnostics.
 TRAINER_REPORT_DIR_VAR = "SAGETRAIN_TRAINER_REPORT_DIR"
 # Set in the image; the test suite collects its in-image tests only where it is "1".
 IN_IMAGE_VAR = "SAGETRAIN_IN_IMAGE"

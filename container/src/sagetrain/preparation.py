@@ -58,7 +58,7 @@ def prepare_job(
     configuration is read, before anything else logs."""
     root = root or root_from_environ(environ)
     try:
-        config = load_job_config(root, check_channels=preparation is Preparation.RUN)
+        config = load_job_config(root, check_channels=preparation is Preparation.RUN, environ=environ)
     except SagetrainError:
         learn_secrets(read_job_redactor(root, environ))  # for the message about what did not load
         raise

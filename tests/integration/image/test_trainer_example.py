@@ -7,8 +7,8 @@ import shutil
 import numpy as np
 from sagetrain.config.hyperparameters import decode_hyperparameters
 from sagetrain.config.job_files import write_json
+from sagetrain.config.local_paths import local_path_config
 from sagetrain.config.paths import Paths
-from sagetrain.config.tensorboard import tensorboard_config
 from tensorboard_events import event_tags
 from trainer_cases.trainer_harness import REPO, run_trainer
 
@@ -49,7 +49,7 @@ def test_digits_example_trains_evaluates_and_exports(tmp_path):
 
 def test_the_epoch_scalars_go_to_the_folder_the_tensorboard_output_config_names(tmp_path):
     shutil.copytree(EXAMPLE / "data", tmp_path / "input" / "data")
-    write_json(Paths(tmp_path).tensorboard_config, tensorboard_config("/opt/ml/output/tensorboard-logs"))
+    write_json(Paths(tmp_path).tensorboard_config, local_path_config("/opt/ml/output/tensorboard-logs"))
     hyperparameters = decode_hyperparameters(json.loads((EXAMPLE / "hyperparameters.json").read_text()))
     hyperparameters["epochs"] = 1
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import shlex
 from collections.abc import Mapping
@@ -44,6 +45,13 @@ CUSTOM_MPI_OPTIONS_KEY = "sagemaker_mpi_custom_mpi_options"
 PROCESSES_PER_HOST_KEY = "sagemaker_mpi_num_of_processes_per_host"
 NUM_PROCESSES_KEY = "sagemaker_mpi_num_processes"
 DISTRIBUTION_GROUPS_KEY = "sagemaker_distribution_instance_groups"
+PROGRAM_KEY = "sagemaker_program"
+# A derived image may name its program in its environment instead (sagemaker-training reads it too); the
+# hyperparameter wins when both are set.
+PROGRAM_VAR = "SAGEMAKER_PROGRAM"
+# The SDKs' container_log_level: how much the image's own toolkit logs (a logging level, 20 = INFO).
+LOG_LEVEL_KEY = "sagemaker_container_log_level"
+LOG_LEVEL_VAR = "SAGEMAKER_CONTAINER_LOG_LEVEL"
 
 E = TypeVar("E", bound=Enum)
 
@@ -195,6 +203,16 @@ class HyperparameterReader:
             raise self.bad(key, _number_kind(minimum, above))
         return number
 
+    def log_level(self, key: str) -> int | None:
+        """A logging level (see ``log_level``); None when absent or null."""
+        value = self.decoded.get(key)
+        if value is None:
+            return None
+        level = log_level(value)
+        if level is None:
+            raise self.bad(key, LOG_LEVEL_EXPECTED)
+        return level
+
     def text(self, key: str) -> str | None:
         value = self.decoded.get(key)
         if value is None:
@@ -261,6 +279,28 @@ class HyperparameterReader:
         return tuple(value)
 
 
+LOG_LEVEL_NAMES = {name: getattr(logging, name) for name in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
+LOG_LEVEL_EXPECTED = (
+    f"a logging level (a number from 0 to {logging.CRITICAL}, or one of {', '.join(LOG_LEVEL_NAMES)})"
+)
+
+
+def log_level(value: object) -> int | None:
+    """A logging level as SageMaker's SDKs send it (``logging.INFO``, i.e. 20, as JSON) or by name
+    (``"ERROR"``); None when ``value`` is neither. Pure."""
+    if isinstance(value, str):
+        name = value.strip().upper()
+        if name in LOG_LEVEL_NAMES:
+            return int(LOG_LEVEL_NAMES[name])
+        with contextlib.suppress(ValueError):
+            value = int(name)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= logging.CRITICAL:
+        return value
+    return None
+
+
 def _masked_options(text: str) -> str:
     """mpirun options as text, with the values of secret-named ``-x NAME=VALUE`` masked as written."""
     return Redactor.of(secret_option_texts(text))(text)
@@ -296,6 +336,9 @@ class LaunchSettings:
     # (about 0.5 KB each) to stay small.
     code_archive_max_bytes: int = 4 << 30
     code_archive_max_members: int = 200_000
+    # From the stop signal to this container's exit (launch/stop.py): None means the platform's window
+    # (SageMaker's 120 s less a margin; SDK local mode's 10 s less a margin).
+    stop_seconds: float | None = None
 
     @staticmethod
     def key(field: str) -> str:
@@ -320,6 +363,7 @@ class JobSettings:
     smddp_enabled: bool = False
     network_interface_name: str | None = None
     distribution_instance_groups: tuple[str, ...] | None = None
+    log_level: int | None = None  # for the image's own lines, not the program's; None: INFO
     launch: LaunchSettings = dataclasses.field(default_factory=LaunchSettings)
 
 
@@ -355,7 +399,7 @@ def parse_settings(decoded: Mapping[str, Any], source: Path) -> JobSettings:
     if groups is None:
         groups = read.string_list("sagemaker_instance_groups")
     return JobSettings(
-        program=read.text("sagemaker_program"),
+        program=read.text(PROGRAM_KEY),
         submit_directory=read.text("sagemaker_submit_directory"),
         job_name=read.text("sagemaker_job_name"),
         enabled_engines=tuple(
@@ -369,5 +413,23 @@ def parse_settings(decoded: Mapping[str, Any], source: Path) -> JobSettings:
         smddp_enabled=read.boolean(SMDDP_KEY),
         network_interface_name=read.text("sagemaker_network_interface_name") or None,
         distribution_instance_groups=groups,
+        log_level=read.log_level(LOG_LEVEL_KEY),
         launch=parse_launch_settings(read),
     )
+
+
+def with_environment(settings: JobSettings, environ: Mapping[str, str]) -> JobSettings:
+    """``settings`` completed from the container's environment where the hyperparameters say nothing:
+    the program a derived image names (``SAGEMAKER_PROGRAM``) and the toolkit's log level."""
+    changes: dict[str, Any] = {}
+    if settings.program is None and environ.get(PROGRAM_VAR):
+        changes["program"] = environ[PROGRAM_VAR]
+    if settings.log_level is None and environ.get(LOG_LEVEL_VAR):
+        level = log_level(environ[LOG_LEVEL_VAR])
+        if level is None:
+            raise UserError(
+                f"environment variable {LOG_LEVEL_VAR} is {quoted(environ[LOG_LEVEL_VAR])}; set it to "
+                f"{LOG_LEVEL_EXPECTED}"
+            )
+        changes["log_level"] = level
+    return dataclasses.replace(settings, **changes) if changes else settings

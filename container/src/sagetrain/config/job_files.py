@@ -14,9 +14,9 @@ from typing import Any
 
 from sagetrain.config.channels import Channel, InputMode, input_data_config
 from sagetrain.config.hyperparameters import encode_hyperparameters
+from sagetrain.config.local_paths import local_path_config
 from sagetrain.config.paths import Paths
 from sagetrain.config.resources import InstanceGroup, resource_config
-from sagetrain.config.tensorboard import tensorboard_config
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,12 @@ class JobFiles:
     network_interface: str = "eth0"
     # The TensorBoard output config's LocalPath; None: the job has no TensorBoard output config.
     tensorboard_local_path: str | None = None
+    # The checkpoint config's LocalPath; None: the job has no checkpoint config.
+    checkpoint_local_path: str | None = None
 
     def write(self, root: Path, host: str) -> Paths:
-        """``host``'s tree under ``root``: the three config files (and the TensorBoard output config, when
-        the job has one), a folder per File/FastFile channel,
+        """``host``'s tree under ``root``: the three config files (and the TensorBoard output and checkpoint
+        configs, when the job has them), a folder per File/FastFile channel,
         and the model, output/data and code folders; what is already there stays."""
         paths = Paths(root)
         config = {
@@ -44,7 +46,9 @@ class JobFiles:
             paths.input_data_config: input_data_config(self.channels),
         }
         if self.tensorboard_local_path is not None:
-            config[paths.tensorboard_config] = tensorboard_config(self.tensorboard_local_path)
+            config[paths.tensorboard_config] = local_path_config(self.tensorboard_local_path)
+        if self.checkpoint_local_path is not None:
+            config[paths.checkpoint_config] = local_path_config(self.checkpoint_local_path)
         for path, content in config.items():
             write_json(path, content)
         for channel in self.channels:

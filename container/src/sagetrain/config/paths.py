@@ -41,6 +41,10 @@ class Paths:
         return self.config_dir / "tensorboardoutputconfig.json"
 
     @property
+    def checkpoint_config(self) -> Path:
+        return self.config_dir / "checkpointconfig.json"
+
+    @property
     def data_dir(self) -> Path:
         return self.root / "input" / "data"
 
@@ -57,7 +61,8 @@ class Paths:
 
     @property
     def checkpoint_dir(self) -> Path:
-        """What SageMaker syncs with checkpoint_s3_uri (its default local path)."""
+        """What SageMaker syncs with checkpoint_s3_uri unless checkpointconfig.json names another folder
+        (config/checkpoints.py)."""
         return self.root / "checkpoints"
 
     @property

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from sagetrain.config.hyperparameters import PROGRAM_VAR
 from sagetrain.config.job import JobConfig
 from sagetrain.config.paths import ROOT_ENV
 from sagetrain.config.resources import DEFAULT_INSTANCE_GROUP, LOCAL_INSTANCE_TYPE, group_hosts
@@ -24,6 +25,10 @@ TRAINING_JOB_ARN_VAR = "TRAINING_JOB_ARN"
 HYPERPARAMETERS_VAR = "SM_HPS"
 HYPERPARAMETER_VAR_PREFIX = "SM_HP_"
 NUM_CPUS_VAR = "SM_NUM_CPUS"
+CURRENT_HOST_VAR = "SM_CURRENT_HOST"
+# The toolkit's log level (sagemaker_container_log_level, settled by config/): what the image's own lines
+# in every process of the job follow.
+TOOLKIT_LOG_LEVEL_VAR = "SM_LOG_LEVEL"
 
 
 def sm_value(value: Any) -> str:
@@ -162,6 +167,8 @@ def toolkit_env_vars(
     with _environ_kept(), contextlib.ExitStack() as cleanup:
         scratch = tempfile.TemporaryDirectory(prefix="sagetrain-plan-") if dry_run else None
         os.environ[ROOT_ENV] = cleanup.enter_context(scratch) if scratch else str(config.paths.root)
+        # The toolkit takes the program from this variable before the hyperparameter: ours decided it.
+        os.environ.pop(PROGRAM_VAR, None)
         from sagemaker_training import environment
 
         toolkit = environment.Environment(

@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from sagetrain.config.hyperparameters import TUNING_OBJECTIVE_KEY
+from sagetrain.config.hyperparameters import PROGRAM_KEY, PROGRAM_VAR, TUNING_OBJECTIVE_KEY
 from sagetrain.errors import UserError
 
 TRAINER_MODULE = "sagetrain.trainer"
@@ -54,7 +54,8 @@ def _is_package(code_dir: Path) -> bool:
 def classify_program(name: str | None, code_dir: Path) -> Program:
     if not name:
         raise UserError(
-            'hyperparameters.json has no sagemaker_program; set it to the file to run, e.g. "\\"train.py\\""'
+            f"hyperparameters.json has no {PROGRAM_KEY}; set it to the file to run, e.g. "
+            f'"\\"train.py\\"" (a derived image may set the environment variable {PROGRAM_VAR} instead)'
         )
     path = code_dir / name
     if name.endswith(".py") or (

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sagetrain import contracts
 from sagetrain.config.channels import Channel
+from sagetrain.config.checkpoints import read_checkpoint_dir
 from sagetrain.config.job import JobConfig, load_job_config
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.config.tensorboard import read_tensorboard_dir
@@ -71,7 +72,7 @@ def trainer_job(environ: Mapping[str, str]) -> TrainerJob:
         engine=_engine(environ),
         ranks=RankPlace.from_env(environ),
         hyperparameters=HyperParameters(config.user_hyperparameters),
-        checkpoint_dir=_optional_path(environ, contracts.CHECKPOINT_DIR_VAR) or config.paths.checkpoint_dir,
+        checkpoint_dir=read_checkpoint_dir(config.paths),
         error_file=_optional_path(environ, contracts.ERROR_FILE_VAR),
         report_dir=_optional_path(environ, contracts.TRAINER_REPORT_DIR_VAR),
     )
