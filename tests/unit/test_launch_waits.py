@@ -10,7 +10,7 @@ from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError
 from sagetrain.launch.coordination import wait_for_hosts
 from sagetrain.launch.events import EventQueue, HostChanged, HostState, RankReport
-from sagetrain.launch.lifecycle import STOP_SECONDS, JobFailedEarly
+from sagetrain.launch.lifecycle import JobFailedEarly
 from sagetrain.launch.messages import Hello
 from sagetrain.launch.mpi import (
     AFTER_RANKS_STOP_SECONDS,
@@ -123,11 +123,12 @@ class FakeClock:
         return self.now
 
 
-def test_a_part_of_a_deadline_keeps_the_reserve_for_the_steps_after_it():
+@pytest.mark.parametrize("window", [8.0, 110.0])  # SDK local mode's, SageMaker's (plan/stop.py)
+def test_a_part_of_a_deadline_keeps_the_reserve_for_the_steps_after_it(window):
     clock = FakeClock()
-    stop = Deadline(STOP_SECONDS, "the job to stop", clock=clock)
-    ranks = stop.part(STOP_SECONDS, "the ranks to end", reserve=AFTER_RANKS_STOP_SECONDS)
-    assert ranks.seconds == STOP_SECONDS - AFTER_RANKS_STOP_SECONDS
+    stop = Deadline(window, "the job to stop", clock=clock)
+    ranks = stop.part(stop.seconds, "the ranks to end", reserve=AFTER_RANKS_STOP_SECONDS)
+    assert ranks.seconds == window - AFTER_RANKS_STOP_SECONDS
     clock.now += ranks.seconds  # the ranks took all their part
     assert ranks.expired() and not stop.expired()
     mpirun = stop.part(MPIRUN_STOP_SECONDS, "mpirun to stop")

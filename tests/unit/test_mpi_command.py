@@ -30,7 +30,6 @@ def test_single_host_line():
         "-H",
         "localhost:2",
         "--allow-run-as-root",
-        "--tag-output",
         "-x",
         "SM_HPS",
         "-x",

@@ -4,10 +4,13 @@ import ast
 import re
 from pathlib import Path
 
+from sagetrain.contracts import RankPlace
+from sagetrain.launch.rank_output import rank_tag
 from sagetrain.trainer.epochlog import epoch_line, evaluation_line
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-MPI_PREFIX = "[1,0]<stdout>:"  # what mpirun --tag-output puts before rank 0's lines
+# What the rank launcher puts before rank 0's lines in a job of several processes.
+MPI_PREFIX = rank_tag("algo-1", RankPlace(rank=0, size=2))
 
 
 def metric_definitions() -> dict[str, str]:

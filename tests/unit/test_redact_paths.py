@@ -122,24 +122,28 @@ def example(seed: int) -> Example:
 
 
 def logged(
-    records: list[tuple[str, tuple[object, ...]]], redact: RedactingFilter, call: Callable[[], None] | None
+    records: list[tuple[str, tuple[object, ...]]],
+    redact: RedactingFilter,
+    call: Callable[[], None] | None,
+    level: int = logging.INFO,
 ) -> str:
-    """What the records, then ``call``, log through a handler with ``redact``, as the entry formats it."""
+    """What the records, then ``call``, log through a handler with ``redact``, as the entry formats it, at
+    ``level`` (the entry's default, or the job's sagemaker_container_log_level)."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("sagetrain %(levelname)s: %(message)s"))
     handler.addFilter(redact)
     logger = logging.getLogger("sagetrain")
     logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)  # as the entry's logging.basicConfig sets it
+    saved = logger.level
+    logger.setLevel(level)
     try:
         for message, args in records:
             logger.warning(message, *args)
         if call is not None:
             call()
     finally:
-        logger.setLevel(level)
+        logger.setLevel(saved)
         logger.removeHandler(handler)
     return stream.getvalue()
 
@@ -158,11 +162,12 @@ def every_line_written(job: Example, root: Path, capsys: pytest.CaptureFixture[s
     log_filter.redactor = prepared.redactor
     values = [secret.value for secret in job.secrets]
 
-    # The mpirun command line, as the master logs it before starting mpirun.
+    # The mpirun command line, as the master logs it before starting mpirun (whole at debug level).
     if job.engine_hyperparameter == "sagemaker_mpi_enabled":
         spec = launch_spec(prepared, environ, Preparation.DESCRIBE)
         command, _ = mpi_launch(spec, "algo-1:7077")
-        written["mpirun line"] = logged([], log_filter, lambda: log_mpirun_command(command))
+        lines = logged([], log_filter, lambda: log_mpirun_command(spec, command), logging.DEBUG)
+        written["mpirun line"] = next(line for line in lines.splitlines() if "mpirun command:" in line)
 
     # Log records: values as arguments, in containers, re-quoted inside the message, in a traceback.
     def raise_and_log() -> None:
@@ -229,7 +234,7 @@ def test_no_form_of_a_secret_is_in_any_line_written(seed, tmp_path, monkeypatch,
     description = json.loads(written["dry run"])
     if "mpirun line" in written:
         # Masked argument by argument, then quoted: the line reads back as the dry run's masked command.
-        line = written["mpirun line"].removeprefix("sagetrain INFO: mpirun command: ")
+        line = written["mpirun line"].removeprefix("sagetrain DEBUG: mpirun command: ")
         assert shlex.split(line) == description["launch"]["command"]
 
 

@@ -98,8 +98,30 @@ def test_rank_failure_names_rank_host_code_and_message():
     )
     verdict = failure.verdict()
     assert verdict.exit_code == 3
-    assert verdict.cause == "train.py exited with code 3 on rank 1 (host algo-2): batch_size must be even"
+    assert verdict.cause == "train.py failed on rank 1 (host algo-2): batch_size must be even"
+    assert verdict.detail.startswith("train.py on rank 1 (host algo-2) ended with exit code 3.")
     assert verdict.detail.endswith("Last lines printed by rank 1:\na\nb")
+
+
+def test_a_rank_that_said_nothing_is_described_by_the_last_line_it_printed_in_quotes():
+    failure = RankFailure(0, "algo-1", 3, "run.sh", last_lines=("copying", "cp: disk full"))
+    assert (
+        failure.cause() == "run.sh exited with code 3 on rank 0 (host algo-1); its last line: 'cp: disk full'"
+    )
+    assert (
+        RankFailure(0, "algo-1", 3, "run.sh").cause() == "run.sh exited with code 3 on rank 0 (host algo-1)"
+    )
+
+
+def test_a_long_message_is_cut_to_fit_failure_reason_keeping_program_rank_type_and_hint():
+    from sagetrain.report.verdict import MAX_CAUSE_CHARS
+
+    message = "AttributeError: 'Adam' object has no attribute 'lr'" + " and more" * 400
+    cause = RankFailure(2, "algo-2", 1, "train.py", message=message).cause()
+    assert len(cause) <= MAX_CAUSE_CHARS < 1024
+    assert cause.startswith("train.py failed on rank 2 (host algo-2): AttributeError: 'Adam' object has no")
+    assert "… ; if the program was written for Keras 2" in cause.replace("…;", "… ;")
+    assert cause.endswith("(or the environment variable SAGETRAIN_LEGACY_KERAS=1)")
 
 
 def test_rank_killed_by_sigkill_mentions_memory():
@@ -140,11 +162,18 @@ def test_a_rank_killed_by_sigkill_is_a_root_cause_not_a_knock_on():
 
 @pytest.mark.parametrize("entry", KERAS_2_ERRORS, ids=lambda entry: entry.spelling)
 def test_each_keras_2_error_keras_3_prints_gets_the_legacy_keras_switch_named(entry):
+    # As the rank launcher reports it: the exception's line as the message, the traceback printed.
+    said = entry.example.splitlines()[-1]
     failure = RankFailure(
-        0, "algo-1", 1, "train.py", last_lines=("Traceback (most recent call last):", entry.example)
+        0,
+        "algo-1",
+        1,
+        "train.py",
+        message=said,
+        traceback=f"Traceback (most recent call last):\n{entry.example}",
     )
     assert failure.cause() == (
-        "train.py exited with code 1 on rank 0 (host algo-1); if the program was written for Keras 2, run it "
+        f"train.py failed on rank 0 (host algo-1): {said}; if the program was written for Keras 2, run it "
         "with tf-keras as both keras and tf.keras: set the hyperparameter sagetrain_legacy_keras=true (or "
         "the environment variable SAGETRAIN_LEGACY_KERAS=1)"
     )
@@ -200,4 +229,4 @@ def test_other_spellings_of_the_same_keras_2_errors_are_recognised(keras_3_said)
 )
 def test_other_failures_get_no_keras_hint(other_said):
     failure = RankFailure(0, "algo-1", 1, "train.py", message=other_said)
-    assert failure.cause() == f"train.py exited with code 1 on rank 0 (host algo-1): {other_said}"
+    assert failure.cause() == f"train.py failed on rank 0 (host algo-1): {other_said}"

@@ -42,6 +42,12 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
         "interface": plan.interface,
         "notes": notes,
         "reasons": list(plan.reasons),
+        "program": {
+            "name": spec.program.name,
+            "kind": spec.program.kind.value,
+            "why": spec.program.why,
+            **({"near_miss": spec.program.near_miss} if spec.program.near_miss else {}),
+        },
         "launch": load(plan.engine.entry.launcher).describe(spec, environ),
     }
 

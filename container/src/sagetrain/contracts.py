@@ -34,6 +34,10 @@ ERROR_FILE_VAR = "SAGETRAIN_ERROR_FILE"
 RUN_DIR_VAR = "SAGETRAIN_RUN_DIR"
 # Optional, for the managed trainer: a folder for per-rank diagnostics.
 TRAINER_REPORT_DIR_VAR = "SAGETRAIN_TRAINER_REPORT_DIR"
+# TensorFlow's C++ log threshold. Every process of the job gets QUIET_TF_LOG_LEVEL unless the container's
+# environment sets it: TensorFlow's start-up lines (INFO records) on every rank bury what a job prints.
+TF_LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_TF_LOG_LEVEL = "1"  # INFO records left out; warnings and errors kept
 # Set in the image; the test suite collects its in-image tests only where it is "1".
 IN_IMAGE_VAR = "SAGETRAIN_IN_IMAGE"
 

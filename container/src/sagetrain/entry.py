@@ -20,11 +20,13 @@ from sagetrain.config.job_secret import JobSecret, missing_secret_warning
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.errors import ExitCode, PlatformError, SagetrainError
 from sagetrain.launch.process import exit_now
-from sagetrain.plan import Plan
+from sagetrain.plan import Plan, Role
 from sagetrain.preparation import Preparation, launch_spec, prepare_job
+from sagetrain.program.kind import Program
 from sagetrain.redact import RedactingFilter
 from sagetrain.report import Verdict, remove_previous_report
 from sagetrain.report.job_end import JobEnd
+from sagetrain.report.model_dir import empty_model_warning
 
 log = logging.getLogger("sagetrain")
 
@@ -47,14 +49,28 @@ def log_plan(plan: Plan, devices: Devices, secret: JobSecret) -> None:
         log.warning("%s", no_secret)
 
 
+def log_program(program: Program) -> None:
+    log.info("program: %s (%s)", program.name, program.why)
+    if program.near_miss:
+        log.warning("%s", program.near_miss)
+
+
 def run_job(environ: Mapping[str, str], end: JobEnd) -> Verdict:
     """This host's part of the job; the engine hands its verdict to ``end.report`` as soon as it
     decided."""
     from sagetrain.launch import execute
 
     job = prepare_job(environ, Preparation.RUN, learn_secrets=end.learn_secrets)
+    logging.getLogger().setLevel(job.config.settings.toolkit_log_level)
     log_plan(job.plan, job.devices, job.secret)
-    return execute(launch_spec(job, environ, Preparation.RUN), end.report)
+    spec = launch_spec(job, environ, Preparation.RUN)
+    log_program(spec.program)
+    verdict = execute(spec, end)
+    if verdict.succeeded and job.plan.role is not Role.WORKER:
+        warning = empty_model_warning(job.config.paths.model_dir)
+        if warning is not None:
+            log.warning("%s", warning)
+    return verdict
 
 
 def run(environ: Mapping[str, str]) -> int:

@@ -35,9 +35,14 @@ class PlatformError(SagetrainError):
 
 
 class Terminated(SagetrainError):
-    """The container was asked to stop (SIGTERM/SIGINT)."""
+    """The container was asked to stop (SIGTERM/SIGINT), at ``signalled_at`` (wall clock, as files'
+    modification times are)."""
 
     exit_code = ExitCode.TERMINATED
+
+    def __init__(self, cause: str, signalled_at: float = 0.0) -> None:
+        super().__init__(cause)
+        self.signalled_at = signalled_at
 
 
 def exit_code_of_returncode(returncode: int) -> int:

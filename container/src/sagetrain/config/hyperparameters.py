@@ -363,8 +363,13 @@ class JobSettings:
     smddp_enabled: bool = False
     network_interface_name: str | None = None
     distribution_instance_groups: tuple[str, ...] | None = None
-    log_level: int | None = None  # for the image's own lines, not the program's; None: INFO
+    log_level: int | None = None  # for the image's own lines, not the program's; None: not set
     launch: LaunchSettings = dataclasses.field(default_factory=LaunchSettings)
+
+    @property
+    def toolkit_log_level(self) -> int:
+        """The level the image's own lines are logged at: INFO unless the job sets one."""
+        return logging.INFO if self.log_level is None else self.log_level
 
 
 def parse_launch_settings(read: HyperparameterReader) -> LaunchSettings:

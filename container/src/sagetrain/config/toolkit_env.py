@@ -26,6 +26,7 @@ HYPERPARAMETERS_VAR = "SM_HPS"
 HYPERPARAMETER_VAR_PREFIX = "SM_HP_"
 NUM_CPUS_VAR = "SM_NUM_CPUS"
 CURRENT_HOST_VAR = "SM_CURRENT_HOST"
+MODEL_DIR_VAR = "SM_MODEL_DIR"
 # The toolkit's log level (sagemaker_container_log_level, settled by config/): what the image's own lines
 # in every process of the job follow.
 TOOLKIT_LOG_LEVEL_VAR = "SM_LOG_LEVEL"

@@ -8,16 +8,16 @@ gives the steps that ``lifecycle.run_engine`` runs in their one order.
 from __future__ import annotations
 
 from sagetrain.engines import load
-from sagetrain.launch.lifecycle import Report, run_engine
+from sagetrain.launch.lifecycle import Reports, run_engine
 from sagetrain.launch.run_dir import write_run_dir
 from sagetrain.launch.spec import JobSpec
 from sagetrain.report.verdict import Verdict
 
 
-def execute(spec: JobSpec, report: Report) -> Verdict:
+def execute(spec: JobSpec, reports: Reports) -> Verdict:
     """Run the job on this host as the plan says; the job's verdict (for a worker: the master's). The
-    engine calls ``report`` as soon as it has decided: before it stops what still runs, and on a master
-    before the other hosts learn the verdict."""
+    verdict is reported to ``reports`` as soon as it is decided: before what still runs is stopped, and on
+    a master before the other hosts learn it."""
     write_run_dir(spec)
     launcher = load(spec.plan.engine.entry.launcher)
-    return run_engine(launcher.make_run(spec), report)
+    return run_engine(launcher.make_run(spec), reports, spec.plan.stop)

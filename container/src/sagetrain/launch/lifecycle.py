@@ -1,37 +1,45 @@
 """One lifecycle for every engine on every host, and the interface an engine implements for it.
 
-    prepare → start → wait ──────────────┐
-       │ SIGTERM (Terminated)            │ a verdict, or a SagetrainError
-       └──► stop (within STOP_SECONDS) ──┤
-                                         ▼
+    prepare → start → wait ─────────────────────────┐
+       │ SIGTERM (Terminated)                       │ a verdict, or a SagetrainError
+       └──► provisional report → stop (within the   │
+            plan's stop window) ────────────────────┤
+                                                    ▼
              report (the verdict is final and written) → clean_up → deliver
 
 The verdict is reported before anything is stopped and before the other hosts learn it: from then on a
 stop signal changes nothing (report/job_end.py), and a host that exits on the verdict cannot make the
-job look stopped. An engine only supplies the steps (``EngineRun``); the order lives here.
+job look stopped. On SIGTERM a provisional report is written at once, so a SIGKILL that comes before the
+window ends still leaves one. An engine only supplies the steps (``EngineRun``); the order lives here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 from sagetrain.deadline import Deadline
 from sagetrain.errors import SagetrainError, Terminated
 from sagetrain.launch.events import EventQueue, failure_of
-from sagetrain.launch.process import TERMINATION_GRACE_SECONDS
+from sagetrain.plan.stop import StopWindow
+from sagetrain.report.saved_files import CheckpointFolder
 from sagetrain.report.verdict import RankFailure, Verdict
 
-# Makes a verdict final and writes the report; returns the final verdict (the first one reported).
-Report = Callable[[Verdict], Verdict]
-
 # From SIGTERM to exit, the whole stop path (the ranks' wind-down, stopping mpirun or the program, the
-# ranks' reports, the verdict's delivery) is one deadline: SageMaker's local mode SIGKILLs 10 s after SIGTERM.
-STOP_SECONDS = 8.0
+# ranks' reports, the verdict's delivery) is one deadline: the plan's stop window (plan/stop.py).
 # The part of it kept, once the programs were stopped, for the ranks' reports and the verdict's delivery.
 STOP_RESERVE_SECONDS = 2.0
 # After a stopped program exited, how long its rank launchers' reports may still be on their way.
 STOP_REPORT_SECONDS = 1.0
+
+
+class Reports(Protocol):
+    """Where this host's report is written (report/job_end.py)."""
+
+    def report(self, verdict: Verdict) -> Verdict:
+        """Make ``verdict`` final and write it; the final verdict (the first one reported)."""
+
+    def provisional(self, verdict: Verdict) -> None:
+        """Write ``verdict`` now, for the final one to replace."""
 
 
 class EngineRun(Protocol):
@@ -71,7 +79,7 @@ def verdict_of_error(error: SagetrainError) -> Verdict:
     return Verdict(error.exit_code, error.cause)
 
 
-def run_engine(run: EngineRun, report: Report) -> Verdict:
+def run_engine(run: EngineRun, reports: Reports, window: StopWindow) -> Verdict:
     """Run this host's part of the job; the final verdict (for a worker: the master's)."""
     stop: Deadline | None = None
     try:
@@ -80,36 +88,51 @@ def run_engine(run: EngineRun, report: Report) -> Verdict:
             run.start()
             verdict = run.wait()
         except Terminated as stopped:
-            stop = stop_deadline()
+            stop = stop_deadline(window)
+            reports.provisional(stopping_verdict(stopped, window))
             verdict = run.stop(stopped, stop)
         except SagetrainError as error:
             verdict = verdict_of_error(error)
-        verdict = report(verdict)
+        verdict = reports.report(verdict)
     finally:
         run.clean_up()
     run.deliver(verdict, stop)
     return verdict
 
 
-def stop_deadline() -> Deadline:
+def stop_deadline(window: StopWindow) -> Deadline:
     """The deadline of the whole stop path, started when the stop signal arrived."""
-    return Deadline(STOP_SECONDS, "the job to stop after the stop signal")
+    return Deadline(window.seconds, "the job to stop after the stop signal")
+
+
+def stopping_verdict(stopped: Terminated, window: StopWindow) -> Verdict:
+    """What the report says while the programs are stopping."""
+    return Verdict(
+        stopped.exit_code,
+        f"{stopped.cause}; the programs had up to {window.seconds:g} s to save their work and end "
+        f"({window.reason}), and the container was killed before they did",
+    )
 
 
 def stop_grace(stop: Deadline) -> float:
-    """How long a stopped program may take to end before it is killed, within ``stop``."""
-    grace = stop.part(TERMINATION_GRACE_SECONDS, "the program to stop", reserve=STOP_RESERVE_SECONDS)
-    return grace.remaining()
+    """How long a stopped program may take to end before it is killed: ``stop`` less its reserve."""
+    return stop.part(stop.seconds, "the program to stop", reserve=STOP_RESERVE_SECONDS).remaining()
 
 
 def stopped_verdict(
-    stopped: Terminated, events: EventQueue, failures: list[RankFailure], stop: Deadline
+    stopped: Terminated,
+    events: EventQueue,
+    failures: list[RankFailure],
+    stop: Deadline,
+    checkpoints: CheckpointFolder,
 ) -> Verdict:
     """The verdict of a job stopped by a signal, once its program has exited: our sentence, then what a
-    rank said about the stop (the managed trainer says where it wrote its checkpoint)."""
+    rank said about the stop (the managed trainer: the checkpoint it wrote, and which rank wrote it),
+    else what the programs wrote to this host's checkpoint folder after the signal. The ranks' reports
+    are awaited briefly; the lowest rank that said something is quoted."""
     said = [failure for failure in failures if failure.message]
     deadline = stop.part(STOP_REPORT_SECONDS, "the ranks' reports on the stop")
-    while not said:
+    while not any(failure.rank == 0 for failure in said):
         event = events.get(deadline)
         if event is None:
             break
@@ -117,8 +140,9 @@ def stopped_verdict(
         if failure is not None and failure.message:
             said.append(failure)
     if not said:
-        return Verdict(stopped.exit_code, stopped.cause)
-    first = said[0]
+        note = checkpoints.saved_since(stopped.signalled_at)
+        return Verdict(stopped.exit_code, f"{stopped.cause}; {note}" if note else stopped.cause)
+    first = min(said, key=lambda failure: failure.rank)
     return Verdict(
         stopped.exit_code, f"{stopped.cause}; rank {first.rank} (host {first.host}): {first.message}"
     )

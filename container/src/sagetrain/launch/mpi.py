@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sagetrain import contracts
+from sagetrain.config.hyperparameters import LOG_LEVEL_KEY
 from sagetrain.deadline import Deadline
 from sagetrain.errors import ExitCode, PlatformError, Terminated
 from sagetrain.launch.coordination import (
@@ -34,7 +35,7 @@ from sagetrain.launch.events import (
     RankReport,
     failure_of,
 )
-from sagetrain.launch.lifecycle import STOP_SECONDS, EngineRun, stopped_verdict
+from sagetrain.launch.lifecycle import EngineRun, stopped_verdict
 from sagetrain.launch.messages import Hello, Ready, Welcome
 from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
 from sagetrain.launch.programs import signal_registered_ranks, verdict_for_exit
@@ -47,14 +48,14 @@ from sagetrain.launch.sshd import (
     write_authorized_key,
 )
 from sagetrain.plan.model import Plan, Role
-from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, mpirun_command
+from sagetrain.plan.mpi_command import SshSetup, forwarded_env_names, launch_summary, mpirun_command
 from sagetrain.redact import CommandLine
 from sagetrain.report.verdict import RankFailure, Verdict, root_failure
 
 log = logging.getLogger(__name__)
 
 SSHD_START_SECONDS = 60.0
-# Parts of the stop path's one deadline (launch/lifecycle.py, STOP_SECONDS). The ranks wind down first
+# Parts of the stop path's one deadline (the plan's stop window). The ranks wind down first
 # (the managed trainer finishes its step and checkpoints) while this much of it is kept for what
 # follows: stopping mpirun, the ranks' reports, the verdict's delivery. mpirun is stopped only after the
 # ranks had their time: on SIGTERM it SIGKILLs its ranks a second later, which would cut a checkpoint short.
@@ -104,10 +105,15 @@ def mpi_launch(spec: JobSpec, coordinator: str) -> tuple[list[str], dict[str, st
     return command, env
 
 
-def log_mpirun_command(command: Sequence[str]) -> None:
-    """The command, once, as it runs. Logged as a structure, not a joined text: the log filter masks
-    each argument before it is quoted (a secret holding a ' would otherwise be printed re-quoted)."""
-    log.info("mpirun command: %s", CommandLine(tuple(command)))
+def log_mpirun_command(spec: JobSpec, command: Sequence[str]) -> None:
+    """The launch in a few words, and the command, once, as it runs, at debug level. The command is
+    logged as a structure, not a joined text: the log filter masks each argument before it is quoted (a
+    secret holding a ' would otherwise be printed re-quoted)."""
+    log.info(
+        "starting %s; the whole command at log level DEBUG (%s=%d)",
+        launch_summary(spec.plan, spec.interface), LOG_LEVEL_KEY, logging.DEBUG,
+    )  # fmt: skip
+    log.debug("mpirun command: %s", CommandLine(tuple(command)))
 
 
 def lost_host_behind(events: EventQueue, failures: list[RankFailure]) -> HostChanged | None:
@@ -151,7 +157,7 @@ class MpiMaster:
 
     def start(self) -> None:
         command, env = mpi_launch(self._spec, self._coordinator)
-        log_mpirun_command(command)
+        log_mpirun_command(self._spec, command)
         try:
             self._mpirun = ManagedProcess.start(command, name="mpirun", env=env, cwd=self._spec.code_dir)
         except FileNotFoundError:
@@ -203,11 +209,11 @@ class MpiMaster:
         if mpirun is None:
             return Verdict(stopped.exit_code, stopped.cause)
         signal_registered_ranks(self._spec.run_dir)
-        ranks = stop.part(STOP_SECONDS, "the ranks to end after SIGTERM", reserve=AFTER_RANKS_STOP_SECONDS)
+        ranks = stop.part(stop.seconds, "the ranks to end after SIGTERM", reserve=AFTER_RANKS_STOP_SECONDS)
         if mpirun.wait(ranks.remaining()) is None:
             log.warning("the ranks did not end within %.1f s of SIGTERM; stopping mpirun", ranks.seconds)
         self._end_mpirun(mpirun, stop.part(MPIRUN_STOP_SECONDS, "mpirun to stop").remaining())
-        return stopped_verdict(stopped, self._events, self._failures, stop)
+        return stopped_verdict(stopped, self._events, self._failures, stop, self._spec.checkpoints)
 
     def _end_mpirun(self, mpirun: ManagedProcess, grace: float = TERMINATION_GRACE_SECONDS) -> None:
         """Stop mpirun (it stops its ranks), then kill what is left of this host's ranks: mpirun may have

@@ -33,7 +33,7 @@ def verdict_for_exit(
         return SUCCESS
     if failure is not None:
         return failure.verdict()
-    what = what or f"{spec.program_name} on host {spec.plan.current_host}"
+    what = what or f"{spec.program.name} on host {spec.plan.current_host}"
     if exit_code > 128:
         return Verdict(exit_code, f"{what} was killed by signal {exit_code - 128}")
     return Verdict(exit_code, f"{what} exited with code {exit_code}")

@@ -10,7 +10,6 @@ See docs/contracts.md ("Launcher ↔ rank launcher").
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import select
@@ -21,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from sagetrain import contracts
 from sagetrain.config.files import read_json_object
@@ -32,41 +31,8 @@ from sagetrain.contracts import RankPlace, RunDir
 from sagetrain.errors import PlatformError, SagetrainError
 from sagetrain.launch.coordinator import send_rank_failure, send_rank_started
 from sagetrain.launch.process import ManagedProcess, exit_now
+from sagetrain.launch.rank_output import ProgramAccount, RankOutput, rank_tag
 from sagetrain.report.verdict import RankFailure
-
-LAST_LINES = 20
-
-
-class OutputTail:
-    """Copies the program's stdout and stderr through, line by line, keeping the last LAST_LINES."""
-
-    def __init__(self, program: ManagedProcess) -> None:
-        self._lines: collections.deque[str] = collections.deque(maxlen=LAST_LINES)
-        self._lock = threading.Lock()
-        streams = ((program.popen.stdout, sys.stdout.buffer), (program.popen.stderr, sys.stderr.buffer))
-        self._copiers = [
-            threading.Thread(target=self._copy, args=(source, sink), daemon=True) for source, sink in streams
-        ]
-        for copier in self._copiers:
-            copier.start()
-
-    def _copy(self, source: IO[bytes] | None, sink: IO[bytes]) -> None:
-        if source is None:
-            return
-        for line in iter(source.readline, b""):
-            sink.write(line)
-            sink.flush()
-            with self._lock:
-                self._lines.append(line.decode("utf-8", "replace").rstrip("\n"))
-        source.close()
-
-    def finish(self) -> tuple[str, ...]:
-        """The last lines, once the copies ended (bounded: a daemon the program left behind may hold the
-        pipes open)."""
-        for copier in self._copiers:
-            copier.join(timeout=5.0)
-        with self._lock:
-            return tuple(self._lines)
 
 
 def end_with_parent(parent: int, program: ManagedProcess) -> None:
@@ -158,28 +124,40 @@ def run_rank(argv: list[str], environ: Mapping[str, str]) -> int:
     registration = RunDir.from_env(environ).rank_registration(os.getpid())
     registration.parent.mkdir(parents=True, exist_ok=True)
     registration.write_text(str(program.pid))
-    tail = OutputTail(program)
+    output = RankOutput(
+        (program.popen.stdout, sys.stdout.buffer),
+        (program.popen.stderr, sys.stderr.buffer),
+        rank_tag(setup.host, setup.place),
+    )
     try:
         code = program.wait_for_exit()
-        last_lines = tail.finish()
+        account = output.finish(code)
     finally:
         registration.unlink(missing_ok=True)
     if code != 0 and setup.coordinator is not None and setup.key is not None:
-        message, traceback = contracts.read_error_file(setup.error_file)
-        failure = RankFailure(
-            rank=setup.place.rank,
-            host=setup.host or "unknown",
-            exit_code=code,
-            program=environ.get(contracts.PROGRAM_VAR, Path(argv[0]).name),
-            message=message,
-            traceback=traceback,
-            last_lines=last_lines,
-        )
+        failure = rank_failure(setup, code, environ.get(contracts.PROGRAM_VAR, Path(argv[0]).name), account)
         # Masked here, with this host's own secrets (its credentials are not the master's): the
         # master masks the verdict again with its own.
         redact = read_job_redactor(root_from_environ(environ), setup.env)
         send_rank_failure(setup.coordinator, setup.key, failure.masked(redact))
     return code
+
+
+def rank_failure(setup: RankSetup, exit_code: int, program: str, account: ProgramAccount) -> RankFailure:
+    """The rank's failure as its program told it: the sentence it left in its error file (the managed
+    trainer's), else the last exception it printed; its traceback; the last lines it printed."""
+    message, traceback = contracts.read_error_file(setup.error_file)
+    if not message and account.raised is not None:
+        message, traceback = account.raised.sentence, account.raised.traceback
+    return RankFailure(
+        rank=setup.place.rank,
+        host=setup.host or "unknown",
+        exit_code=exit_code,
+        program=program,
+        message=message,
+        traceback=traceback,
+        last_lines=account.last_lines,
+    )
 
 
 def program_argv(args: list[str]) -> list[str]:

@@ -55,7 +55,7 @@ class SingleRun:
     def stop(self, stopped: Terminated, stop: Deadline) -> Verdict:
         if self._program is not None:
             self._program.terminate_tree(grace=stop_grace(stop))
-        return stopped_verdict(stopped, self._events, self._failures, stop)
+        return stopped_verdict(stopped, self._events, self._failures, stop, self._spec.checkpoints)
 
     def clean_up(self) -> None:
         if self._program is not None and self._program.poll() is None:

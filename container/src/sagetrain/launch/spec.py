@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sagetrain import contracts, legacy_keras
+from sagetrain.config.checkpoints import read_checkpoint_dir
 from sagetrain.config.hyperparameters import LaunchSettings
 from sagetrain.config.job import JobConfig
 from sagetrain.config.job_secret import SECRET_VAR, JobSecret
-from sagetrain.config.paths import ROOT_ENV
+from sagetrain.config.paths import ROOT_ENV, Paths
 from sagetrain.config.toolkit_env import NUM_CPUS_VAR, TRAINING_JOB_NAME_VAR, toolkit_env_vars
 from sagetrain.contracts import HostFacts, RunDir
 from sagetrain.deadline import Deadline
@@ -24,6 +25,7 @@ from sagetrain.errors import UserError
 from sagetrain.launch.membership import Membership
 from sagetrain.plan.model import Plan
 from sagetrain.program.kind import Program, adjusted_user_hyperparameters, program_argv
+from sagetrain.report.saved_files import CheckpointFolder
 
 # Linux refuses an environment string ("NAME=value") or an argument longer than this (MAX_ARG_STRLEN):
 # 100 hyperparameters of 2,500 characters, which SageMaker accepts, make SM_HPS, SM_USER_ARGS and
@@ -44,12 +46,13 @@ EXEC_RESERVE_BYTES = 256 * 1024
 @dataclass(frozen=True)
 class JobSpec:
     plan: Plan
-    program_name: str
+    program: Program
     program_argv: tuple[str, ...]
     env: Mapping[str, str]  # the job environment every user process gets
     rank_launcher: tuple[str, ...]  # argv prefix; the program's argv follows
     run_dir: RunDir
     code_dir: Path
+    checkpoints: CheckpointFolder  # this host's (checkpointconfig.json's LocalPath)
     interface: str  # resolved on this host
     membership: Membership  # keys this job's hosts prove themselves with
     # What this host's entry detected, for the ranks mpirun starts here with the master's environment.
@@ -121,6 +124,15 @@ def env_added(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, s
     return {name: value for name, value in sorted(env.items()) if environ.get(name) != value}
 
 
+def checkpoint_dir_or_default(paths: Paths) -> Path:
+    """The job's checkpoint folder; SageMaker's default when its configuration cannot be read (the
+    launcher only looks there: the managed trainer, which writes there, reports a bad configuration)."""
+    try:
+        return read_checkpoint_dir(paths)
+    except UserError:
+        return paths.checkpoint_dir
+
+
 def rank_launcher_argv() -> tuple[str, ...]:
     installed = shutil.which("sagetrain-rank")
     if installed:
@@ -156,6 +168,7 @@ def build_spec(
         # The secret stays with the launcher: ranks prove themselves with their host's key (run_dir.py).
         **{name: value for name, value in environ.items() if name != SECRET_VAR},
         **toolkit_env_vars(config, toolkit_hps, gpus=gpus, cpus=cpus, dry_run=dry_run),
+        contracts.TF_LOG_LEVEL_VAR: environ.get(contracts.TF_LOG_LEVEL_VAR, contracts.QUIET_TF_LOG_LEVEL),
         contracts.ENGINE_VAR: plan.engine.value,
         contracts.PROGRAM_VAR: program.name,
         contracts.MASTER_HOST_VAR: plan.master,
@@ -173,7 +186,7 @@ def build_spec(
         launcher = (*launcher[:-1], contracts.ARGS_FILE_OPTION, str(run_dir.args_file), launcher[-1])
     return JobSpec(
         plan=plan,
-        program_name=program.name,
+        program=program,
         program_argv=tuple(argv),
         env=job_env,
         env_files=env_files,
@@ -181,6 +194,7 @@ def build_spec(
         rank_launcher=launcher,
         run_dir=run_dir,
         code_dir=program.code_dir,
+        checkpoints=CheckpointFolder(checkpoint_dir_or_default(config.paths), plan.current_host),
         interface=interface,
         membership=Membership.of_job(config, environ, secret),
         # The CPU count as sagemaker_training counts it, since that is what SM_NUM_CPUS says on this host.

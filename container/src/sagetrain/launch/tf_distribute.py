@@ -158,7 +158,7 @@ class TfConfigMaster(_TfConfigHost):
         if not self._processes:
             return Verdict(stopped.exit_code, stopped.cause)
         # Every host's program reports to this coordinator.
-        return stopped_verdict(stopped, self._events, [], stop)
+        return stopped_verdict(stopped, self._events, [], stop, self._spec.checkpoints)
 
     def deliver(self, verdict: Verdict, stop: Deadline | None) -> None:
         self._coordination.deliver(verdict, stop)

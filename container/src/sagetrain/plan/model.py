@@ -8,6 +8,7 @@ from enum import Enum
 from sagetrain.config.hyperparameters import LaunchSettings
 from sagetrain.config.mpi_options import PLACEMENT_OPTIONS, option_keys
 from sagetrain.engines import Engine
+from sagetrain.plan.stop import DEFAULT_STOP_WINDOW, StopWindow
 
 
 class Role(Enum):
@@ -39,6 +40,7 @@ class Plan:
     reasons: tuple[str, ...] = ()  # why this engine and counts, for the log and the dry run
     # Every program runs with tf-keras as `keras` and `tf.keras` (sagetrain/legacy_keras.py).
     legacy_keras: bool = False
+    stop: StopWindow = DEFAULT_STOP_WINDOW  # from SIGTERM to this host's exit
 
     @property
     def multi_host(self) -> bool:

@@ -64,6 +64,16 @@ def forwarded_env_names(env: Mapping[str, str]) -> list[str]:
     )
 
 
+def launch_summary(plan: Plan, interface: str) -> str:
+    """The mpirun launch in a few words, for the log (the whole command goes to the debug log). Pure."""
+    hosts = ", ".join(plan.hosts)
+    where = f"{plan.processes_per_host} per host on {hosts}" if plan.places_ranks else f"on {hosts}"
+    if plan.multi_host:
+        where += f", interface {interface}"
+    custom = f"; custom mpirun options: {len(plan.custom_mpi_options)}" if plan.custom_mpi_options else ""
+    return f"{plan.total_processes} ranks with mpirun ({where}){custom}"
+
+
 def host_list(plan: Plan) -> str:
     if not plan.multi_host:
         # One host: mpirun starts ranks locally; the SageMaker host name need not resolve to itself.
@@ -85,7 +95,6 @@ def mpirun_command(
         ["-np", str(plan.total_processes)],
         ["-H", host_list(plan)],
         ["--allow-run-as-root"],
-        ["--tag-output"],
     ]
     if plan.multi_host:
         defaults += [

@@ -10,11 +10,13 @@ from sagetrain.config.hyperparameters import (
     PROCESSES_PER_HOST_KEY,
     SMDDP_KEY,
     JobSettings,
+    LaunchSettings,
 )
 from sagetrain.config.resources import ResourceConfig
 from sagetrain.engines import ZERO_CONFIG_DISTRIBUTED, Engine, Layout
 from sagetrain.errors import UserError
 from sagetrain.plan.model import Plan, Role
+from sagetrain.plan.stop import stop_window
 
 DEFAULT_INTERFACE = "eth0"
 SMDDP_MESSAGE = f"hyperparameter {SMDDP_KEY} is set, but SMDDP is not in this image; use Horovod (default)"
@@ -76,9 +78,12 @@ def make_plan(
     hosts = distribution_hosts(resources, settings.distribution_instance_groups)
     interface = settings.network_interface_name or resources.network_interface_name or DEFAULT_INTERFACE
     current = resources.current_host
+    stop = stop_window(
+        settings.launch.stop_seconds, resources.current_instance_type, LaunchSettings.key("stop_seconds")
+    )
     laid_out = functools.partial(
         Plan, current_host=current, interface=interface, launch=settings.launch,
-        custom_mpi_options=settings.custom_mpi_options, legacy_keras=legacy_keras,
+        custom_mpi_options=settings.custom_mpi_options, legacy_keras=legacy_keras, stop=stop,
     )  # fmt: skip
     if current not in hosts:
         return laid_out(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 
 from sagetrain.config.paths import Paths
 from sagetrain.errors import Terminated
@@ -44,7 +45,8 @@ class JobEnd:
             return
         self._stopping = True
         raise Terminated(
-            f"the job was stopped by {signal.Signals(signum).name} (the container was asked to stop)"
+            f"the job was stopped by {signal.Signals(signum).name} (the container was asked to stop)",
+            signalled_at=time.time(),
         )
 
     def report(self, verdict: Verdict) -> Verdict:
@@ -52,12 +54,23 @@ class JobEnd:
         if self.verdict is not None:
             return self.verdict
         # What is final is what is written and sent to the other hosts: with the secrets masked.
-        verdict = Verdict(verdict.exit_code, self._redact(verdict.cause), self._redact(verdict.detail))
+        verdict = self._masked(verdict)
         self.verdict = verdict
+        self._write(verdict)
+        return verdict
+
+    def provisional(self, verdict: Verdict) -> None:
+        """Write ``verdict`` now, for the final report to replace (unless the verdict is final already)."""
+        if self.verdict is None:
+            self._write(self._masked(verdict))
+
+    def _masked(self, verdict: Verdict) -> Verdict:
+        return Verdict(verdict.exit_code, self._redact(verdict.cause), self._redact(verdict.detail))
+
+    def _write(self, verdict: Verdict) -> None:
         try:
             written = write_report(self._paths, verdict)
         except OSError as error:
             log.error("cannot write the report under %s: %s", self._paths.output_dir, error)
         else:
             log.info("wrote %s", written)
-        return verdict

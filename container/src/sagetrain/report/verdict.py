@@ -7,8 +7,14 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from sagetrain.config.files import quoted
 from sagetrain.errors import ExitCode
 from sagetrain.report.keras_2_code import LEGACY_KERAS_HINT, shows_keras_2_code
+from sagetrain.report.program_output import cut
+
+# SageMaker shows the first 1,024 characters of /opt/ml/output/failure as the job's FailureReason: the
+# cause, the file's first line, fits in them whole.
+MAX_CAUSE_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -58,23 +64,32 @@ class RankFailure:
         )
 
     def cause(self) -> str:
+        """One sentence within MAX_CAUSE_CHARS: which program failed where, then what it said (its error
+        file's sentence, or its last exception), or else the last line it printed; a long message is
+        cut, never the program, the rank or the legacy-Keras hint."""
         where = f"on rank {self.rank} (host {self.host})"
         if self.exit_code > 128:
-            name = signal_name(self.exit_code - 128)
-            text = f"{self.program} was killed by {name} {where}"
+            head = f"{self.program} was killed by {signal_name(self.exit_code - 128)} {where}"
             if self.exit_code - 128 == signal.SIGKILL:
-                text += "; the host may have run out of memory"
+                head += "; the host may have run out of memory"
+        elif self.message:
+            head = f"{self.program} failed {where}"
         else:
-            text = f"{self.program} exited with code {self.exit_code} {where}"
-        text = f"{text}: {self.message}" if self.message else text
-        return f"{text}; {LEGACY_KERAS_HINT}" if self.shows_keras_2_code() else text
+            head = f"{self.program} exited with code {self.exit_code} {where}"
+        said = f": {self.message}" if self.message else ""
+        if not said and self.last_lines:
+            said = f"; its last line: {quoted(self.last_lines[-1], limit=MAX_CAUSE_CHARS)}"
+        hint = f"; {LEGACY_KERAS_HINT}" if self.shows_keras_2_code() else ""
+        return head + cut(said, MAX_CAUSE_CHARS - len(head) - len(hint)) + hint
 
     def shows_keras_2_code(self) -> bool:
         """Whether the rank failed on an error Keras 3 raises for code written for Keras 2."""
         return shows_keras_2_code((self.message, self.traceback, *self.last_lines))
 
     def detail(self) -> str:
-        parts = []
+        parts = [
+            f"{self.program} on rank {self.rank} (host {self.host}) ended with exit code {self.exit_code}."
+        ]
         if self.traceback:
             parts.append(self.traceback.rstrip())
         if self.last_lines:

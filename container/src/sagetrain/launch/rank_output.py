@@ -1,0 +1,99 @@
+"""A rank's output as its rank launcher passes it on: copied through line by line, tagged with the rank
+and its host when the job has more than one process (mpirun gathers every rank's output on the master),
+and kept for the failure report: the last lines of both streams and the last lines of stderr, where
+Python prints its traceback. TensorFlow's shutdown records are held back until the program's exit says
+whether they matter: a tf.distribute job that succeeded does not end its log with them."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+from typing import IO
+
+from sagetrain.contracts import RankPlace
+from sagetrain.report.program_output import (
+    RaisedException,
+    ShutdownNoise,
+    last_exception,
+    plain,
+    without_noise,
+)
+
+# The last lines of the program's output a failure report shows, noise left out.
+LAST_LINES = 20
+# Kept of both streams to find LAST_LINES among the noise, and of stderr to find a whole traceback in:
+# TensorFlow's tracebacks of a failed graph op run to a few hundred lines.
+KEPT_LINES = 200
+KEPT_STDERR_LINES = 2000
+# Read at most this much at a time: a program may print megabytes without a newline.
+READ_CHUNK_BYTES = 64 * 1024
+# How long the copies may go on after the program exited: a daemon it left may hold the pipes open.
+COPY_END_SECONDS = 5.0
+
+
+def rank_tag(host: str, place: RankPlace) -> str:
+    """What goes before each of a rank's lines: nothing for a one-process job. Pure."""
+    return f"[{host or 'unknown'} rank {place.rank}] " if place.size > 1 else ""
+
+
+@dataclass(frozen=True)
+class ProgramAccount:
+    """What a failure report needs of a program's output."""
+
+    last_lines: tuple[str, ...]  # plain text, TensorFlow's start-up lines and blank lines left out
+    raised: RaisedException | None  # the last exception it printed a traceback for
+
+
+class RankOutput:
+    """Copies ``streams`` ((source, sink) pairs: the program's stdout and stderr, then ours) on threads
+    of their own; ``finish`` once the program has exited."""
+
+    def __init__(
+        self, stdout: tuple[IO[bytes] | None, IO[bytes]], stderr: tuple[IO[bytes] | None, IO[bytes]], tag: str
+    ) -> None:
+        self._tag = tag.encode()
+        self._lock = threading.Lock()
+        self._lines: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
+        self._stderr_lines: collections.deque[str] = collections.deque(maxlen=KEPT_STDERR_LINES)
+        self._held: list[tuple[IO[bytes], bytes]] = []
+        self._copiers = [
+            threading.Thread(target=self._copy, args=(*stdout, False), name="stdout", daemon=True),
+            threading.Thread(target=self._copy, args=(*stderr, True), name="stderr", daemon=True),
+        ]
+        for copier in self._copiers:
+            copier.start()
+
+    def _copy(self, source: IO[bytes] | None, sink: IO[bytes], is_stderr: bool) -> None:
+        if source is None:
+            return
+        shutdown = ShutdownNoise()
+        at_line_start = True
+        for chunk in iter(lambda: source.readline(READ_CHUNK_BYTES), b""):
+            text = plain(chunk.decode("utf-8", "replace"))
+            tagged = self._tag + chunk if at_line_start else chunk
+            at_line_start = chunk.endswith(b"\n")
+            with self._lock:
+                self._lines.append(text)
+                if is_stderr:
+                    self._stderr_lines.append(text)
+                if shutdown.holds(text):
+                    self._held.append((sink, tagged))
+                    continue
+            sink.write(tagged)
+            sink.flush()
+        source.close()
+
+    def finish(self, exit_code: int) -> ProgramAccount:
+        """What the program's output says, once it has exited with ``exit_code``; the held shutdown
+        records are passed on only when it failed."""
+        for copier in self._copiers:
+            copier.join(timeout=COPY_END_SECONDS)
+        with self._lock:
+            held, self._held = self._held, []
+            lines, stderr_lines = list(self._lines), list(self._stderr_lines)
+        if exit_code != 0:
+            for sink, line in held:
+                sink.write(line)
+                sink.flush()
+        return ProgramAccount(tuple(without_noise(lines)[-LAST_LINES:]), last_exception(stderr_lines))
