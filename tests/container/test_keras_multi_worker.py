@@ -36,6 +36,7 @@ MWMS = {"sagemaker_multi_worker_mirrored_strategy_enabled": True}
 # Max abs difference allowed between a worker's weights and the one-process reference: float32 sums
 # of the same gradients in another order, over a few hundred steps.
 REFERENCE_ATOL = 1e-4
+STARTUP_OR_SHUTDOWN_NOISE = r"cpu_feature_guard|absl::InitializeLog|BaseCollectiveExecutor::StartAbort"
 
 
 def reference_weights(docker_client, image: str, code: Path, program: str, workers: int, data: Path):
@@ -79,6 +80,10 @@ def run_recipe(tmp_path, image, docker_client, case: str, program: str, hosts: i
     )  # fmt: skip
     assert result.exit_code == 0, result.describe()
     assert set(result.exit_codes().values()) == {0}, result.describe()
+    # A log a person can read: neither TensorFlow's start-up lines on every worker nor, after a success,
+    # the collectives' record of a peer that exited first.
+    noise = [line for line in result.lines if re.search(STARTUP_OR_SHUTDOWN_NOISE, line)]
+    assert noise == [], noise
     weights = files_by_host(result, "harness/worker-*-weights.npz")
     assert {host: [path.name for path in paths] for host, paths in weights.items()} == {
         f"algo-{i + 1}": [f"worker-{i}-weights.npz"] for i in range(hosts)

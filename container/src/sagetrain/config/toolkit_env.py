@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -25,6 +26,8 @@ TRAINING_JOB_ARN_VAR = "TRAINING_JOB_ARN"
 HYPERPARAMETERS_VAR = "SM_HPS"
 HYPERPARAMETER_VAR_PREFIX = "SM_HP_"
 NUM_CPUS_VAR = "SM_NUM_CPUS"
+# sagemaker_training's logger (its logging_config.get_logger()).
+TOOLKIT_LOGGER = "sagemaker-training-toolkit"
 CURRENT_HOST_VAR = "SM_CURRENT_HOST"
 MODEL_DIR_VAR = "SM_MODEL_DIR"
 # The toolkit's log level (sagemaker_container_log_level, settled by config/): what the image's own lines
@@ -171,6 +174,9 @@ def toolkit_env_vars(
         # The toolkit takes the program from this variable before the hyperparameter: ours decided it.
         os.environ.pop(PROGRAM_VAR, None)
         from sagemaker_training import environment
+
+        # Its INFO lines ("No GPUs detected", "No Neurons detected") say nothing a job needs.
+        logging.getLogger(TOOLKIT_LOGGER).setLevel(logging.WARNING)
 
         toolkit = environment.Environment(
             resource_config=_NonEmptyDict(config.raw_resource_config),
