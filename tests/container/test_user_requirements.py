@@ -275,7 +275,7 @@ def test_a_requirement_the_reachable_index_lacks_gets_pips_error_line(docker_cli
     assert result.exit_code == 1, result.output
     assert failure_line(root) == (
         f'installing {CODE}/requirements.txt failed: pip says "No matching distribution found for '
-        'no-such-package"; fix what it names (its output is in the log)'
+        "no-such-package\"; fix what it names (pip's output is in the job's log)"
     )
     assert "cannot be reached" not in result.output
     assert_never_launched(root, result.output)

@@ -436,10 +436,11 @@ def test_shown_error_masks_credentials_and_is_short():
 def test_failure_sentences():
     assert failed(WHAT, PipRun(1, "No matching distribution found for nope")) == (
         "installing /opt/ml/code/requirements.txt failed: pip says "
-        '"No matching distribution found for nope"; fix what it names (its output is in the log)'
+        '"No matching distribution found for nope"; '
+        "fix what it names (pip's output is in the job's log)"
     )
     assert failed(WHAT, PipRun(2)) == (
-        "installing /opt/ml/code/requirements.txt failed (pip exit code 2; its output is in the job's log)"
+        "installing /opt/ml/code/requirements.txt failed (pip exit code 2; pip's output is in the job's log)"
     )
     unreachable = Unreachable(PYPI, "name resolution failed: Temporary failure in name resolution")
     sentence = failed_offline(WHAT, unreachable, PipRun(1, "No matching distribution found for nope"))

@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 PIP = (sys.executable, "-m", "pip", "install", "--no-input", "--disable-pip-version-check")
 QUIET = ("--progress-bar", "off")  # the log is a file: no bar redrawn line by line
 # The dry run only reads index pages and metadata: one retry and 5 s per connection or read keep a route
-# that goes dark after the probe to seconds per request (pip's defaults, 5 retries of 15 s with backoff,
-# took 72 s to give up on one requirement).
+# that goes dark after the probe to about 12 s per request (pip's defaults, 5 retries of 15 s with
+# backoff, took 72 to 99 s to give up on one requirement).
 DRY_RUN_NETWORK = ("--retries", "1", "--timeout", "5")
 # The install downloads what the dry run found (much of it from pip's cache by then): a slow mirror gets
 # pip's own read timeout, and fewer retries than pip's five.
@@ -137,8 +137,9 @@ def run_pip(command: Sequence[str], cwd: Path) -> PipRun:
 
 def failed(what: str, run: PipRun) -> str:
     if not run.error:
-        return f"installing {what} failed (pip exit code {run.returncode}; its output is in the job's log)"
-    return f'installing {what} failed: pip says "{run.error}"; fix what it names (its output is in the log)'
+        return f"installing {what} failed (pip exit code {run.returncode}; pip's output is in the job's log)"
+    said = f'pip says "{run.error}"'
+    return f"installing {what} failed: {said}; fix what it names (pip's output is in the job's log)"
 
 
 def failed_offline(what: str, unreachable: Unreachable, run: PipRun) -> str:
@@ -193,6 +194,9 @@ class Installer:
             offline = self.dry_run(OFFLINE)  # wheels shipped here may need no index at all
             if offline[0].ok:
                 return offline[1]
+            log.info(
+                "%s needs more than the local files (pip's words above): trying its index", self.target.what
+            )
         deadline = Deadline(PROBE_SECONDS, "a connection to the package index")
         unreachable = first_unreachable(urls, settings, environ, deadline) if urls else None
         if unreachable is None:
