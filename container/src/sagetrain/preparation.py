@@ -88,7 +88,7 @@ def launch_spec(
         from sagetrain.launch.network import resolve_interface
         from sagetrain.program.code import prepare_program
 
-        program = prepare_program(job.config)
+        program = prepare_program(job.config, environ)
         interface = resolve_interface(job.plan)
     else:
         program, interface = described_program(job.config), job.plan.interface

@@ -8,9 +8,8 @@ import importlib.util
 import json
 import logging
 import shutil
-import subprocess
-import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -22,6 +21,7 @@ from sagetrain.config.paths import Paths
 from sagetrain.errors import PlatformError, SagetrainError, UserError
 from sagetrain.program.archive import VOLUME_FULL, ArchiveLimits, extract_archive
 from sagetrain.program.kind import TRAINER_MODULE, Program, ProgramKind, classify_program
+from sagetrain.program.requirements import install_package, install_requirements
 
 log = logging.getLogger(__name__)
 
@@ -176,30 +176,9 @@ def locate_code(paths: Paths, settings: JobSettings) -> Path:
     return code_dir
 
 
-def _pip(args: list[str], code_dir: Path, what: str) -> None:
-    # No overall timeout: a large requirements file may rightly take many minutes. pip's own socket
-    # timeout (15 s) and retries bound a stalled download, and SageMaker's MaxRuntimeInSeconds the rest.
-    command = [sys.executable, "-m", "pip", "install", "--no-input", *args]
-    log.info("installing %s: %s", what, " ".join(command))
-    result = subprocess.run(command, cwd=code_dir, check=False)
-    if result.returncode != 0:
-        raise UserError(
-            f"installing {what} failed (pip exit code {result.returncode}); see pip's messages above"
-        )
-
-
-def install_requirements(code_dir: Path) -> None:
-    requirements = code_dir / "requirements.txt"
-    if requirements.is_file():
-        _pip(["-r", str(requirements)], code_dir, str(requirements))
-
-
-def install_package(code_dir: Path) -> None:
-    _pip([str(code_dir)], code_dir, f"the package in {code_dir}")
-
-
-def prepare_program(config: JobConfig) -> Program:
-    """The program, with its code in place and its requirements (and its package) installed."""
+def prepare_program(config: JobConfig, environ: Mapping[str, str]) -> Program:
+    """The program, with its code in place and its requirements (and its package) installed, with
+    pip's settings and proxies from ``environ``."""
     code_dir = locate_code(config.paths, config.settings)
     program = classify_program(config.settings.program, code_dir)
     if program.kind is ProgramKind.KERAS_MODEL_MODULE and importlib.util.find_spec(TRAINER_MODULE) is None:
@@ -207,7 +186,7 @@ def prepare_program(config: JobConfig) -> Program:
             f"{program.name} is a Keras model module (it defines build_model), but the managed trainer "
             f"{TRAINER_MODULE} is not available in this image"
         )
-    install_requirements(code_dir)
+    install_requirements(code_dir, environ)
     if program.kind is ProgramKind.PYTHON_PACKAGE:
-        install_package(code_dir)
+        install_package(code_dir, environ)
     return program
