@@ -7,10 +7,13 @@ container `<job>-algo-i` that the others reach as `algo-i` (its network alias) o
 `algo-i` (`--hostname-mode host` changes that): identity comes from resourceconfig.json. The
 containers run `train`, their logs are streamed prefixed by host, and the job's verdict follows
 SageMaker local mode: the exit code of the first container to exit, after which the others get
-`docker stop -t 10`. Every host's exit code is reported as well. /opt/ml/model and /opt/ml/output of
-algo-1 are copied to --output. Containers, network and temporary trees are removed on every path out,
-Ctrl-C and SIGTERM included. Every flag is checked, and the engine, the image (never pulled) and the
-job's names are checked, before anything is written or created.
+`docker stop -t 10` (--stop-timeout). Every host's exit code is reported as well. As in local mode,
+resourceconfig.json names instance type "local" (--instance-type names a SageMaker one); the checkpoint
+and TensorBoard output configurations, and a channel's input mode other than File, are written when
+asked for. /opt/ml/model and /opt/ml/output of algo-1 are copied to --output. Containers, network and
+temporary trees are removed on every path out, Ctrl-C and SIGTERM included. Every flag is checked, and
+the engine, the image (never pulled) and the job's names are checked, before anything is written or
+created.
 
 Needs only Python 3 and the docker CLI.
 """
@@ -28,27 +31,37 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from sagetrain.config.paths import Paths
+from sagetrain.config.resources import LOCAL_INSTANCE_TYPE
+
 from localcluster.docker import preflight
 from localcluster.dockercli import DockerCli, DockerError
 from localcluster.job import execute
 from localcluster.run import SignalGate, remove_tree
-from localcluster.sagemaker_files import validate_tree_inputs, write_trees
+from localcluster.sagemaker_files import validate_tree_inputs, write_trees, written_checkpoint_dir
 from localcluster.spec import (
+    DEFAULT_CHECKPOINT_DIR,
+    DEFAULT_TENSORBOARD_DIR,
     EXIT_DOCKER,
     EXIT_USAGE,
+    SDK_LOCAL_STOP_TIMEOUT_SECONDS,
     ContainerLimits,
     Interrupted,
     RunSpec,
     TreeSpec,
     UsageError,
+    checkpoint_mount_target,
     default_job_name,
     host_names,
     hosts_in_workdir,
     parse_channels,
+    parse_container_folder,
     parse_hp_json,
     parse_hp_pairs,
     parse_instance_groups,
+    parse_instance_type,
     parse_start_delays,
+    parse_stop_timeout,
     split_assignment,
 )
 
@@ -57,6 +70,12 @@ examples (from the repository root):
   scripts/local-cluster --image sagemaker-tf-horovod:cpu --hosts 2 --code examples/keras_digits \\
       --program model.py --channel train=examples/keras_digits/data/train --hp epochs=3 --hp batch_size=64
   scripts/local-cluster --image IMG --hosts 3 --code src --hp-json hps.json --gpus all --cpus 4 --memory 16g
+  SageMaker's conventions: the job's checkpoint folder with a host folder mounted there, TensorBoard
+  output, a channel's input mode, a SageMaker instance type and its stop window:
+  scripts/local-cluster --image sagemaker-tf-horovod:cpu --code examples/keras_digits --program model.py \\
+      --channel train=examples/keras_digits/data/train --input-mode train=FastFile --hp epochs=1 \\
+      --checkpoint-local-path /opt/ml/checkpoints/run-1 --checkpoints ./ckpt \\
+      --tensorboard-local-path /opt/ml/output/tensorboard --instance-type ml.c5.xlarge --stop-timeout 120
 
 exit status: the job's verdict (exit code of the first container to exit, as SageMaker local mode);
   2 bad flags (an image not on this machine or a --job-name in use included), 124 --timeout reached,
@@ -94,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="give that channel S3DistributionType ShardedByS3Key: files split across hosts",
     )
     job.add_argument(
+        "--input-mode",
+        action="append",
+        default=[],
+        metavar="NAME=File|FastFile|Pipe",
+        help="a channel's TrainingInputMode (default File). File and FastFile copy its data; Pipe writes "
+        "its configuration only, with no data folder and no FIFO fed, to try what the image does with it",
+    )
+    job.add_argument(
         "--hp",
         action="append",
         default=[],
@@ -112,6 +139,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--distribution-instance-groups",
         metavar="NAME[,NAME]",
         help="sets sagemaker_distribution_instance_groups: the groups that train",
+    )
+    job.add_argument(
+        "--instance-type",
+        default=LOCAL_INSTANCE_TYPE,
+        metavar="TYPE",
+        help="resourceconfig.json's instance type, of every host and group: local (default, as SDK local "
+        "mode writes), local_gpu, or a SageMaker type such as ml.c5.xlarge to look like a SageMaker job",
+    )
+    job.add_argument(
+        "--checkpoint-local-path",
+        metavar="PATH",
+        help="write checkpointconfig.json with this LocalPath on every host: the job's checkpoint folder "
+        f"in the containers (SageMaker's default {DEFAULT_CHECKPOINT_DIR}); --checkpoints mounts there",
+    )
+    job.add_argument(
+        "--tensorboard-local-path",
+        metavar="PATH",
+        help="write tensorboardoutputconfig.json with this LocalPath on every host (SageMaker's default "
+        f"{DEFAULT_TENSORBOARD_DIR})",
     )
     job.add_argument("--network-interface", default="eth0", help="network_interface_name (default eth0)")
     job.add_argument("--job-name", help="name for containers, network and output (default: generated)")
@@ -134,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--checkpoints",
         type=Path,
-        help="folder mounted at /opt/ml/checkpoints on every host; it outlives the job",
+        help=f"folder mounted on every host at the job's checkpoint folder ({DEFAULT_CHECKPOINT_DIR}, "
+        "--checkpoint-local-path, or with --from-workdir the one algo-1's tree names); it outlives the job",
     )
     run.add_argument("--timeout", type=float, help="stop the job after this many seconds (exit 124)")
     run.add_argument(
@@ -143,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="after the first host exits, let the others end on their own for this many "
         "seconds before `docker stop` (default 0: stop at once, as SageMaker local mode)",
+    )
+    run.add_argument(
+        "--stop-timeout",
+        default=str(SDK_LOCAL_STOP_TIMEOUT_SECONDS),
+        metavar="SECONDS",
+        help="`docker stop -t`: how long a host has between SIGTERM and SIGKILL when the runner stops it "
+        f"(after the first host exits, --timeout, Ctrl-C); default {SDK_LOCAL_STOP_TIMEOUT_SECONDS} as "
+        "SDK local mode, 120 on SageMaker",
     )
     run.add_argument(
         "--start-delay",
@@ -176,15 +231,23 @@ def tree_spec_from_args(args: argparse.Namespace, hosts: tuple[str, ...], job_na
         hosts=hosts,
         code_dir=args.code,
         program=args.program,
-        channels=parse_channels(args.channel, args.content_type, args.sharded),
+        channels=parse_channels(args.channel, args.content_type, args.sharded, args.input_mode),
         hyperparameters=hyperparameters,
-        instance_groups=parse_instance_groups(args.instance_group, hosts),
+        instance_groups=parse_instance_groups(
+            args.instance_group, hosts, parse_instance_type(args.instance_type)
+        ),
         distribution_instance_groups=tuple(
             name for name in (args.distribution_instance_groups or "").split(",") if name
         ),
         network_interface=args.network_interface,
         job_name=job_name,
         region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        checkpoint_local_path=optional_container_folder(
+            args.checkpoint_local_path, "--checkpoint-local-path"
+        ),
+        tensorboard_local_path=optional_container_folder(
+            args.tensorboard_local_path, "--tensorboard-local-path"
+        ),
     )
     validate_tree_inputs(spec)
     return spec
@@ -200,11 +263,32 @@ def run_spec_from_args(args: argparse.Namespace, hosts: tuple[str, ...], job_nam
         env=tuple(split_assignment(text, "--env") for text in args.env),
         start_delays=parse_start_delays(args.start_delay, hosts),
         checkpoints=args.checkpoints,
+        checkpoint_dir=checkpoint_dir_from_args(args, hosts),
         timeout_seconds=args.timeout,
+        stop_timeout_seconds=parse_stop_timeout(args.stop_timeout),
         grace_seconds=args.grace,
         docker=args.docker,
         hostname_is_host=args.hostname_mode == "host",
     )
+
+
+def optional_container_folder(text: str | None, flag: str) -> str | None:
+    return None if text is None else parse_container_folder(text, flag)
+
+
+def checkpoint_dir_from_args(args: argparse.Namespace, hosts: tuple[str, ...]) -> str:
+    """The job's checkpoint folder in the containers, where --checkpoints is mounted: the one the trees
+    name (--checkpoint-local-path, or algo-1's checkpointconfig.json with --from-workdir), else
+    SageMaker's default."""
+    if args.from_workdir:
+        tree = args.workdir / hosts[0]
+        flag, local_path = f"{Paths(tree).checkpoint_config} LocalPath", written_checkpoint_dir(tree)
+    else:
+        flag = "--checkpoint-local-path"
+        local_path = optional_container_folder(args.checkpoint_local_path, flag)
+    if local_path is None:
+        return DEFAULT_CHECKPOINT_DIR
+    return local_path if args.checkpoints is None else checkpoint_mount_target(local_path, flag)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

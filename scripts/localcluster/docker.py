@@ -13,7 +13,6 @@ from localcluster.spec import RunSpec, UsageError
 
 LABEL_JOB = "sagetrain.local-cluster.job"
 CONTAINER_ML_ROOT = "/opt/ml"
-STOP_TIMEOUT_SECONDS = 10  # what SageMaker local mode gives a container between SIGTERM and SIGKILL
 
 
 def container_name(job_name: str, host: str) -> str:
@@ -37,12 +36,11 @@ def container_create_args(spec: RunSpec, host: str, tree: Path) -> list[str]:
         "--network", network_name(spec.job_name),
         "--network-alias", host,
         "--label", f"{LABEL_JOB}={spec.job_name}",
-        "--stop-timeout", str(STOP_TIMEOUT_SECONDS),
+        "--stop-timeout", str(spec.stop_timeout_seconds),
         "--mount", f"type=bind,source={tree.resolve()},target={CONTAINER_ML_ROOT}",
     ]  # fmt: skip
     if spec.checkpoints is not None:
-        target = f"{CONTAINER_ML_ROOT}/checkpoints"
-        args += ["--mount", f"type=bind,source={spec.checkpoints.resolve()},target={target}"]
+        args += ["--mount", f"type=bind,source={spec.checkpoints.resolve()},target={spec.checkpoint_dir}"]
     if spec.limits.gpus is not None:
         args += ["--gpus", spec.limits.gpus]
     if spec.limits.cpus is not None:

@@ -19,7 +19,6 @@ from typing import Any
 from sagetrain.deadline import Deadline
 
 from localcluster.docker import (
-    STOP_TIMEOUT_SECONDS,
     container_create_args,
     container_name,
     network_create_args,
@@ -36,11 +35,20 @@ from localcluster.spec import (
     RunSpec,
 )
 
-STOP_COMMAND_SECONDS = STOP_TIMEOUT_SECONDS + 60.0  # `docker stop -t 10` of every host still running
+STOP_COMMAND_MARGIN_SECONDS = 60.0  # `docker stop -t N` of every host still running: N, then this
 EXITS_AFTER_STOP_SECONDS = 30.0  # the engine reports the exits of the hosts it stopped
 LAST_LINES_SECONDS = 10.0  # the log followers print what the hosts printed last
 FIRST_HOST_LINES_SECONDS = 5.0  # the first host's last lines, printed before the verdict they explain
-WIND_DOWN_SECONDS = STOP_COMMAND_SECONDS + EXITS_AFTER_STOP_SECONDS + LAST_LINES_SECONDS
+
+
+def stop_command_seconds(stop_timeout_seconds: int) -> float:
+    """How long `docker stop -t N` may take: the hosts' N seconds, and the engine's own work."""
+    return stop_timeout_seconds + STOP_COMMAND_MARGIN_SECONDS
+
+
+def wind_down_seconds(stop_timeout_seconds: int) -> float:
+    """The longest wind-down after the --grace: the stop, the exits it causes, the last log lines."""
+    return stop_command_seconds(stop_timeout_seconds) + EXITS_AFTER_STOP_SECONDS + LAST_LINES_SECONDS
 
 
 def first_to_pass(deadlines: Iterable[Deadline]) -> float | None:
@@ -166,7 +174,7 @@ class ClusterRun:
         return Deadline(seconds, f"job {self.spec.job_name} to end (--timeout)")
 
     def watch_deadline(self, job: Deadline) -> Deadline:
-        seconds = job.seconds + self.spec.grace_seconds + WIND_DOWN_SECONDS
+        seconds = job.seconds + self.spec.grace_seconds + wind_down_seconds(self.spec.stop_timeout_seconds)
         return Deadline(seconds, f"the containers of job {self.spec.job_name} to end", ENGINE_HINT)
 
     def run(self) -> JobResult:
@@ -211,7 +219,8 @@ class ClusterRun:
         return JobResult(verdict, first_host, reason, tuple(self.statuses.values()))
 
     def wind_down(self, grace_seconds: float) -> None:
-        """Give the other hosts `grace_seconds` to end on their own, then stop them as the SDK does."""
+        """Give the other hosts `grace_seconds` to end on their own, then stop them as the SDK does
+        (`docker stop -t` with --stop-timeout, SDK local mode's 10 s unless given)."""
         for status in self.statuses.values():
             if status.state is HostState.CREATED:
                 status.state = HostState.NEVER_STARTED
@@ -219,12 +228,13 @@ class ClusterRun:
         still_running = self._running()
         if still_running:
             names = ", ".join(status.host for status in still_running)
-            self.printer.say(f"stopping {names} (docker stop -t {STOP_TIMEOUT_SECONDS})")
+            stop_timeout = self.spec.stop_timeout_seconds
+            self.printer.say(f"stopping {names} (docker stop -t {stop_timeout})")
             for status in still_running:
                 status.stopped_by_runner = True
             self.docker.run(
-                ["stop", "-t", str(STOP_TIMEOUT_SECONDS), *(status.container for status in still_running)],
-                Deadline(STOP_COMMAND_SECONDS, f"{names} to stop", ENGINE_HINT),
+                ["stop", "-t", str(stop_timeout), *(status.container for status in still_running)],
+                Deadline(stop_command_seconds(stop_timeout), f"{names} to stop", ENGINE_HINT),
                 check=False,
             )
             exits = Deadline(

@@ -1,6 +1,7 @@
 """Every host's /opt/ml tree as SageMaker lays it out before a container starts: the configuration files,
 written by the image's own writers (sagetrain.config.job_files, beside the readers), then the code and
-each channel's data (for ShardedByS3Key, each file on exactly one host)."""
+each File or FastFile channel's data (for ShardedByS3Key, each file on exactly one host). A Pipe
+channel gets its configuration only: no folder, and no FIFO, for nothing here would feed one."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from sagetrain.config.channels import S3Distribution
+from sagetrain.config.channels import InputMode, S3Distribution
 from sagetrain.config.job_files import JobFiles
+from sagetrain.config.local_paths import read_local_path
+from sagetrain.config.paths import DEFAULT_ROOT, Paths
+from sagetrain.errors import UserError
 
 from localcluster.spec import TreeSpec, UsageError
 
@@ -39,6 +43,8 @@ def job_files(spec: TreeSpec) -> JobFiles:
         channels=tuple(source.channel for source in spec.channels),
         instance_groups=spec.instance_groups,
         network_interface=spec.network_interface,
+        tensorboard_local_path=spec.tensorboard_local_path,
+        checkpoint_local_path=spec.checkpoint_local_path,
     )
 
 
@@ -54,6 +60,8 @@ def write_host_tree(root: Path, host: str, spec: TreeSpec) -> None:
     """One host's /opt/ml as SageMaker lays it out before the container starts."""
     job_files(spec).write(root, host)
     for channel in spec.channels:
+        if channel.channel.input_mode is InputMode.PIPE:
+            continue
         destination = root / "input" / "data" / channel.name
         if channel.channel.s3_distribution is S3Distribution.SHARDED_BY_S3_KEY:
             files = [path.relative_to(channel.source).as_posix() for path in _files_under(channel.source)]
@@ -91,3 +99,14 @@ def validate_tree_inputs(spec: TreeSpec) -> None:
     for channel in spec.channels:
         if not channel.source.exists():
             raise UsageError(f"--channel {channel.name}={channel.source}: that path does not exist.")
+
+
+def written_checkpoint_dir(tree: Path) -> str | None:
+    """The checkpoint folder in the containers that a written host tree's checkpointconfig.json names,
+    read with the image's reader; None when the tree has no checkpoint configuration."""
+    in_container = Paths(DEFAULT_ROOT)
+    try:
+        folder = read_local_path(Paths(tree).checkpoint_config, in_container.checkpoint_dir, in_container)
+    except UserError as error:
+        raise UsageError(f"--from-workdir: {error}.") from None
+    return None if folder is None else str(folder)

@@ -1,6 +1,7 @@
 """Pure parts of scripts/local-cluster (the package scripts/localcluster/, on pytest's pythonpath):
-SageMaker file contents, flag parsing, docker argument lists, tree writing and
-the job verdict. The docker-driving parts are tested in tests/container."""
+SageMaker file contents, flag parsing, docker argument lists, tree writing (read back with the image's
+own readers) and the job verdict. The docker-driving parts are tested in tests/container; here the
+docker CLI is at most a small script."""
 
 import itertools
 import json
@@ -14,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from localcluster.cli import EPILOG, main
+from localcluster.cli import EPILOG, build_parser, main, run_spec_from_args
 from localcluster.docker import container_create_args, network_create_args
 from localcluster.dockercli import DockerCli, DockerError, answer_deadline, parse_docker_time
-from localcluster.run import SignalGate, job_verdict
+from localcluster.run import ClusterRun, LogPrinter, SignalGate, job_verdict, wind_down_seconds
 from localcluster.sagemaker_files import (
     job_files,
     job_hyperparameters,
@@ -28,24 +29,33 @@ from localcluster.sagemaker_files import (
 from localcluster.spec import (
     ChannelSource,
     ContainerLimits,
+    HostState,
     Interrupted,
     RunSpec,
     TreeSpec,
     UsageError,
+    checkpoint_mount_target,
     host_names,
     hosts_in_workdir,
     parse_channels,
+    parse_container_folder,
     parse_hp_json,
     parse_hp_pairs,
     parse_hp_value,
     parse_instance_groups,
+    parse_instance_type,
     parse_start_delays,
+    parse_stop_timeout,
 )
 from sagetrain.config import channels as sagemaker_channels
 from sagetrain.config import resources as sagemaker_resources
-from sagetrain.config.channels import Channel, S3Distribution
+from sagetrain.config.channels import Channel, InputMode, S3Distribution
+from sagetrain.config.checkpoints import read_checkpoint_dir
 from sagetrain.config.hyperparameters import encode_hyperparameters
+from sagetrain.config.job import load_job_config
+from sagetrain.config.paths import Paths
 from sagetrain.config.resources import InstanceGroup
+from sagetrain.config.tensorboard import read_tensorboard_dir
 
 RUNNER_PATH = Path(__file__).resolve().parents[2] / "scripts" / "local-cluster"
 
@@ -198,6 +208,34 @@ def test_instance_group_mistakes_are_usage_errors(texts, message):
         parse_instance_groups(texts, ("algo-1", "algo-2"))
 
 
+@pytest.mark.parametrize(
+    "text", ["local", "local_gpu", "ml.c5.xlarge", "ml.p4d.24xlarge", "ml.trn1n.32xlarge"]
+)
+def test_instance_types_of_local_mode_and_sagemaker_are_taken(text):
+    assert parse_instance_type(text) == text
+
+
+@pytest.mark.parametrize("text", ["", "c5.xlarge", "ml.c5", "ML.C5.XLARGE", "local gpu", "ml.c5.xlarge "])
+def test_an_instance_type_that_is_none_is_refused_naming_it(text):
+    with pytest.raises(UsageError) as refused:
+        parse_instance_type(text)
+    assert str(refused.value) == (
+        f"--instance-type {text!r} is not an instance type; give local (SDK local mode's), local_gpu or a "
+        "SageMaker type such as ml.c5.xlarge."
+    )
+
+
+def test_the_instance_type_is_every_groups():
+    hosts = ("algo-1", "algo-2", "algo-3")
+    assert parse_instance_groups([], hosts, "ml.c5.xlarge") == (
+        InstanceGroup("homogeneousCluster", "ml.c5.xlarge", hosts),
+    )
+    assert parse_instance_groups(["a=1", "b=2"], hosts, "ml.g5.xlarge") == (
+        InstanceGroup("a", "ml.g5.xlarge", ("algo-1",)),
+        InstanceGroup("b", "ml.g5.xlarge", ("algo-2", "algo-3")),
+    )
+
+
 def test_input_data_config_has_the_platform_fields():
     channels = parse_channels(["train=/data/train", "eval=/data/eval"], ["train=application/x-npy"], ["eval"])
     assert input_data_config(channels) == {
@@ -228,6 +266,46 @@ def test_input_data_config_has_the_platform_fields():
 def test_channel_flag_mistakes_are_usage_errors(channels, types, sharded, message):
     with pytest.raises(UsageError, match=message):
         parse_channels(channels, types, sharded)
+
+
+def test_input_modes_are_sagemakers_training_input_modes():
+    channels = parse_channels(
+        ["train=/d/train", "eval=/d/eval", "stream=/d/stream"],
+        [],
+        ["stream"],
+        ["eval=FastFile", "stream=Pipe"],
+    )
+    assert [source.channel.input_mode for source in channels] == [
+        InputMode.FILE,
+        InputMode.FAST_FILE,
+        InputMode.PIPE,
+    ]
+    config = input_data_config(channels)
+    assert {name: entry["TrainingInputMode"] for name, entry in config.items()} == {
+        "train": "File",
+        "eval": "FastFile",
+        "stream": "Pipe",
+    }
+    assert config["stream"]["S3DistributionType"] == "ShardedByS3Key"
+
+
+@pytest.mark.parametrize(
+    ("modes", "message"),
+    [
+        (["train"], "--input-mode expects KEY=VALUE, got 'train'."),
+        (["train=Stream"], "--input-mode 'train=Stream': the mode must be one of File|Pipe|FastFile."),
+        (["train=pipe"], "--input-mode 'train=pipe': the mode must be one of File|Pipe|FastFile."),
+        (["train=Pipe", "train=File"], "--input-mode names channel 'train' twice; give its mode once."),
+        (
+            ["eval=Pipe"],
+            "--content-type/--sharded/--input-mode name a channel 'eval' that no --channel gives.",
+        ),
+    ],
+)
+def test_input_mode_mistakes_are_one_sentence_naming_the_flag(modes, message):
+    with pytest.raises(UsageError) as refused:
+        parse_channels(["train=/d/train"], [], [], modes)
+    assert str(refused.value) == message
 
 
 def test_sharded_by_s3_key_gives_every_file_to_exactly_one_host():
@@ -425,6 +503,202 @@ def test_containers_are_created_without_pulling(tmp_path):
     assert ("--pull", "never") in list(itertools.pairwise(container_create_args(spec, "algo-1", tmp_path)))
 
 
+def test_checkpoints_are_mounted_at_the_jobs_checkpoint_folder_with_its_stop_timeout(tmp_path):
+    spec = RunSpec(image="img", hosts=("algo-1",), job_name="j", checkpoints=tmp_path / "ckpt")
+    pairs = list(itertools.pairwise(container_create_args(spec, "algo-1", tmp_path / "algo-1")))
+    assert ("--mount", f"type=bind,source={tmp_path / 'ckpt'},target=/opt/ml/checkpoints") in pairs
+    assert ("--stop-timeout", "10") in pairs  # SDK local mode's
+    moved = replace(spec, checkpoint_dir="/opt/ml/checkpoints/run-1", stop_timeout_seconds=120)
+    pairs = list(itertools.pairwise(container_create_args(moved, "algo-1", tmp_path / "algo-1")))
+    assert ("--mount", f"type=bind,source={tmp_path / 'ckpt'},target=/opt/ml/checkpoints/run-1") in pairs
+    assert ("--stop-timeout", "120") in pairs
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("0", 0), ("10", 10), ("120", 120), ("86400", 86400)])
+def test_stop_timeout_is_whole_seconds(text, seconds):
+    assert parse_stop_timeout(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["-1", "2.5", "soon", "", "86401", "1e3", "\uff11\uff10"])
+def test_a_stop_timeout_that_docker_stop_cannot_take_is_refused_naming_it(text):
+    with pytest.raises(UsageError) as refused:
+        parse_stop_timeout(text)
+    assert str(refused.value) == (
+        f"--stop-timeout {text!r} must be whole seconds from 0 to 86400 (10 in SDK local mode, 120 on "
+        "SageMaker)."
+    )
+
+
+def test_the_runners_waits_after_a_stop_follow_the_stop_timeout():
+    assert wind_down_seconds(120) - wind_down_seconds(10) == 110
+
+
+FAKE_DOCKER_LOG = """#!/bin/sh
+# A docker CLI that notes each command it is given, and answers nothing.
+echo "$@" >> "$0.log"
+"""
+
+
+def test_the_runner_stops_the_other_hosts_with_the_stop_timeout(tmp_path, capsys):
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER_LOG)
+    docker.chmod(0o755)
+    spec = RunSpec(image="img", hosts=("algo-1", "algo-2"), job_name="j", stop_timeout_seconds=3)
+    run = ClusterRun(spec, {}, DockerCli(str(docker)), LogPrinter(6, None))
+    run.statuses["algo-2"].state = HostState.STARTED
+    run.events.put(("algo-2", 143))  # what `docker wait` reports once the stop took effect
+    run.wind_down(0.0)
+    assert "stop -t 3 j-algo-2" in Path(f"{docker}.log").read_text().splitlines()
+    assert "local-cluster: stopping algo-2 (docker stop -t 3)" in capsys.readouterr().out
+    assert run.statuses["algo-2"].stopped_by_runner
+    assert run.statuses["algo-2"].exit_code == 143
+
+
+# -- SageMaker's conventions written into the trees, read back with the image's readers ------------------
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-local-path", "--tensorboard-local-path"])
+@pytest.mark.parametrize("text", ["checkpoints", "opt/ml/checkpoints", "", "./x", "/a\0b"])
+def test_a_local_path_in_the_containers_must_be_absolute(flag, text):
+    with pytest.raises(UsageError) as refused:
+        parse_container_folder(text, flag)
+    assert (
+        str(refused.value) == f"{flag} {text!r} must be an absolute folder path in the containers (from /)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("local_path", "target"),
+    [
+        ("/opt/ml/checkpoints", "/opt/ml/checkpoints"),
+        ("/opt/ml/checkpoints/run-1/", "/opt/ml/checkpoints/run-1"),
+        ("/opt/ml/checkpoints/../ckpt", "/opt/ml/ckpt"),
+        ("/tmp/checkpoints", "/tmp/checkpoints"),
+        ("/opt/ml/output/checkpoints", "/opt/ml/output/checkpoints"),
+    ],
+)
+def test_checkpoints_mount_at_the_local_path(local_path, target):
+    assert checkpoint_mount_target(local_path, "--checkpoint-local-path") == target
+
+
+@pytest.mark.parametrize(
+    ("local_path", "hidden"),
+    [
+        ("/", "/opt/ml/input/config"),
+        ("/opt/ml", "/opt/ml/input/config"),
+        ("/opt/ml/input", "/opt/ml/input/config"),
+        ("/opt/ml/input/data/", "/opt/ml/input/data"),
+        ("/opt/ml/code", "/opt/ml/code"),
+        ("/opt/ml/model", "/opt/ml/model"),
+        ("/opt/ml/output", "/opt/ml/output/data"),
+        ("/opt/ml/checkpoints/..", "/opt/ml/input/config"),
+    ],
+)
+def test_checkpoints_are_not_mounted_over_the_host_tree(local_path, hidden):
+    with pytest.raises(UsageError) as refused:
+        checkpoint_mount_target(local_path, "--checkpoint-local-path")
+    assert str(refused.value) == (
+        f"--checkpoint-local-path {local_path!r}: --checkpoints mounted there would hide {hidden} of the "
+        "host tree; choose a folder such as /opt/ml/checkpoints."
+    )
+
+
+def test_checkpoints_are_not_mounted_at_a_path_docker_mount_cannot_carry():
+    with pytest.raises(UsageError, match="cannot be mounted at a path with ','"):
+        checkpoint_mount_target("/ckpt,readonly", "--checkpoint-local-path")
+
+
+def write_only(tmp_path, *extra):
+    """The trees written by the runner itself (--write-only), for the image's readers to read back."""
+    workdir = tmp_path / "work"
+    assert main([*job_flags(tmp_path, "--workdir", str(workdir), "--write-only"), *extra]) == 0
+    return [workdir / "algo-1", workdir / "algo-2"]
+
+
+def test_the_checkpoint_and_tensorboard_local_paths_are_what_the_image_reads(tmp_path):
+    trees = write_only(
+        tmp_path,
+        "--checkpoint-local-path", "/opt/ml/checkpoints/run-1",
+        "--tensorboard-local-path", "/opt/ml/output/tensorboard/run-1",
+    )  # fmt: skip
+    for tree in trees:
+        paths = Paths(tree)
+        assert json.loads(paths.checkpoint_config.read_text()) == {"LocalPath": "/opt/ml/checkpoints/run-1"}
+        assert read_checkpoint_dir(paths) == tree / "checkpoints" / "run-1"
+        assert read_tensorboard_dir(paths) == tree / "output" / "tensorboard" / "run-1"
+
+
+def test_a_local_path_outside_opt_ml_is_read_as_given(tmp_path):
+    (tree, _) = write_only(tmp_path, "--checkpoint-local-path", "/checkpoints")
+    assert read_checkpoint_dir(Paths(tree)) == Path("/checkpoints")
+
+
+def test_without_the_flags_the_job_has_no_checkpoint_or_tensorboard_config(tmp_path):
+    for tree in write_only(tmp_path):
+        paths = Paths(tree)
+        assert not paths.checkpoint_config.exists()
+        assert not paths.tensorboard_config.exists()
+        assert read_tensorboard_dir(paths) is None
+        assert read_checkpoint_dir(paths) == paths.checkpoint_dir
+
+
+def test_the_instance_type_is_in_every_hosts_resource_config(tmp_path):
+    trees = write_only(tmp_path, "--instance-type", "ml.c5.xlarge", "--instance-group", "a=1",
+                       "--instance-group", "b=1")  # fmt: skip
+    for tree, group in zip(trees, ("a", "b"), strict=True):
+        resources = load_job_config(tree).resources
+        assert resources.current_instance_type == "ml.c5.xlarge"
+        assert resources.current_group_name == group
+        assert {group.instance_type for group in resources.instance_groups} == {"ml.c5.xlarge"}
+    (tmp_path / "default").mkdir()
+    default = load_job_config(write_only(tmp_path / "default")[0]).resources
+    assert default.current_instance_type == "local"
+
+
+def test_a_pipe_channel_is_configured_without_data_and_fastfile_is_copied(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "part-0.csv").write_text("1,2\n")
+    flags = ["--channel", f"train={data}", "--channel", f"eval={data}", "--channel", f"stream={data}",
+             "--input-mode", "eval=FastFile", "--input-mode", "stream=Pipe"]  # fmt: skip
+    for tree in write_only(tmp_path, *flags):
+        # The image's reader checks that every File and FastFile channel has its folder.
+        channels = {channel.name: channel.input_mode for channel in load_job_config(tree).channels}
+        assert channels == {"train": InputMode.FILE, "eval": InputMode.FAST_FILE, "stream": InputMode.PIPE}
+        data_dir = Paths(tree).data_dir
+        assert (data_dir / "train" / "part-0.csv").read_text() == "1,2\n"
+        assert (data_dir / "eval" / "part-0.csv").read_text() == "1,2\n"
+        assert sorted(path.name for path in data_dir.iterdir()) == ["eval", "train"]
+
+
+def test_the_checkpoint_folder_to_mount_is_the_jobs(tmp_path):
+    def run_spec(*flags):
+        args = build_parser().parse_args(["--image", "img", *flags])
+        return run_spec_from_args(args, ("algo-1", "algo-2"), "j")
+
+    ckpt = ["--checkpoints", str(tmp_path / "ckpt")]
+    assert run_spec(*ckpt).checkpoint_dir == "/opt/ml/checkpoints"
+    assert run_spec(*ckpt, "--checkpoint-local-path", "/opt/ml/checkpoints/run-1/").checkpoint_dir == (
+        "/opt/ml/checkpoints/run-1"
+    )
+    # --from-workdir runs the trees as they are: the mount follows what algo-1's tree names.
+    (tree, _) = write_only(tmp_path, "--checkpoint-local-path", "/opt/ml/checkpoints/run-2")
+    from_workdir = ["--from-workdir", "--workdir", str(tree.parent), *ckpt]
+    assert run_spec(*from_workdir).checkpoint_dir == "/opt/ml/checkpoints/run-2"
+    Paths(tree).checkpoint_config.write_text('{"LocalPath": "/opt/ml"}')
+    with pytest.raises(
+        UsageError, match=r"checkpointconfig\.json LocalPath '/opt/ml': --checkpoints mounted"
+    ):
+        run_spec(*from_workdir)
+    Paths(tree).checkpoint_config.write_text('{"LocalPath": "ckpt"}')
+    with pytest.raises(
+        UsageError, match=r"^--from-workdir: .*checkpointconfig\.json field 'LocalPath' is 'ckpt'"
+    ):
+        run_spec(*from_workdir)
+    Paths(tree).checkpoint_config.unlink()
+    assert run_spec(*from_workdir).checkpoint_dir == "/opt/ml/checkpoints"
+
+
 # -- every path out: nothing written before the flags are checked, trees removed unless kept -------------
 
 
@@ -450,6 +724,12 @@ def job_flags(tmp_path, *extra):
         (["--start-delay", "algo-3=5"], "--start-delay names host 'algo-3'"),
         (["--start-delay", "algo-2=soon"], "seconds must be a number"),
         (["--env", "NOVALUE"], "--env expects KEY=VALUE"),
+        (["--stop-timeout", "soon"], "--stop-timeout 'soon' must be whole seconds"),
+        (["--instance-type", "c5.xlarge"], "--instance-type 'c5.xlarge' is not an instance type"),
+        (["--checkpoint-local-path", "ckpt"], "--checkpoint-local-path 'ckpt' must be an absolute"),
+        (["--tensorboard-local-path", "tb"], "--tensorboard-local-path 'tb' must be an absolute"),
+        (["--checkpoint-local-path", "/opt/ml", "--checkpoints", "ckpt"], "would hide /opt/ml/input/config"),
+        (["--channel", "train=.", "--input-mode", "train=Stream"], "--input-mode 'train=Stream'"),
     ],
 )
 def test_a_run_flag_mistake_is_reported_before_any_tree_is_written(
