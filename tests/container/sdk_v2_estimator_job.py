@@ -30,6 +30,8 @@ def main(job: dict) -> None:
         hyperparameters=job["hyperparameters"],
         environment=job["environment"],
         output_path=job["output_path"],
+        # The image's own log level: DEBUG shows the whole mpirun command (the tests read it).
+        container_log_level=job.get("container_log_level", logging.INFO),
         base_job_name="sdk2-estimator",
         sagemaker_session=session,
     )

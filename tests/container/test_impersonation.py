@@ -26,7 +26,12 @@ from sagetrain.launch.coordinator import HANDSHAKE_SECONDS
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
 AWS_SECRET = "aws-secret-of-the-job-0123456789"
-MPI = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1}
+# At log level DEBUG (10) the master logs the whole mpirun command, which the tests read.
+MPI = {
+    "sagemaker_mpi_enabled": True,
+    "sagemaker_mpi_num_of_processes_per_host": 1,
+    "sagemaker_container_log_level": 10,
+}
 ATTACKER = CASES / "attacker"
 
 

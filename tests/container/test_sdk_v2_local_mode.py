@@ -77,6 +77,7 @@ def test_the_estimator_with_mpi_distribution_trains_on_two_hosts(tmp_path, cpu_i
     run, data = fit(
         sdk, docker_client, tmp_path, cpu_image, CASES / "hvd_script",
         distribution={"mpi": {"enabled": True, "processes_per_host": 2}}, hyperparameters={"epochs": 2},
+        container_log_level=10,  # DEBUG: the whole mpirun command is logged
     )  # fmt: skip
     hosts = assert_ranks_spread_with_identical_weights(data, 2, per_host=2)
     assert [host.rsplit("-", 1)[0] for host in hosts] == ["algo-1", "algo-1", "algo-2", "algo-2"], hosts

@@ -30,6 +30,7 @@ MPI = {
     "sagemaker_program": "train.py",
     "sagemaker_mpi_enabled": True,
     "sagemaker_mpi_num_of_processes_per_host": 2,
+    "sagemaker_container_log_level": 10,  # DEBUG: the master logs the whole mpirun command
     "epochs": 3,
     "sagetrain_ssh_port": 2222,
 }
@@ -77,7 +78,10 @@ threading.Event().wait(60)  # rank 0 would wait forever; mpirun must stop it
     code, output = tree.run()
     assert code == 3, output
     lines = tree.failure.read_text().splitlines()
-    assert lines[0] == "train.py exited with code 3 on rank 1 (host algo-1-abcde)"
+    assert (
+        lines[0]
+        == "train.py exited with code 3 on rank 1 (host algo-1-abcde); its last line: 'giving up on purpose'"
+    )
     assert "giving up on purpose" in lines
     assert not tree.success.exists()
 
@@ -98,10 +102,7 @@ if os.environ["SAGETRAIN_RANK"] == "0":
     code, _ = tree.run()
     assert code == 1
     text = tree.failure.read_text()
-    assert (
-        text.splitlines()[0]
-        == "train.py exited with code 1 on rank 0 (host algo-1-abcde): channel train is empty"
-    )
+    assert text.splitlines()[0] == "train.py failed on rank 0 (host algo-1-abcde): channel train is empty"
     assert "Traceback: here" in text
 
 
@@ -345,7 +346,7 @@ def test_secrets_given_every_way_are_in_no_line_the_entry_writes(job):
     assert logged, output
     assert "-x 'HF_TOKEN=***'" in logged.group(1) and "--api_token '***'" in logged.group(1)
     failure = tree.failure.read_text()
-    assert failure.startswith("train.py exited with code 1 on rank 1 (host algo-1-abcde): cannot use")
+    assert failure.startswith("train.py failed on rank 1 (host algo-1-abcde): cannot use")
     for secret in (hp, nested, env, option):
         for form in (secret, shlex.quote(secret), json.dumps(secret), repr(secret), secret.split("'")[1]):
             assert form not in output and form not in failure, form

@@ -57,7 +57,7 @@ def test_a_failing_worker_host_fails_both_hosts_with_its_code(tmp_path, free_por
     worker_code, worker_output = worker.run()
     master_output, _ = master_process.communicate()
     assert (master_process.returncode, worker_code) == (5, 5), master_output + worker_output
-    expected = "train.py exited with code 5 on rank 1 (host 127.0.0.1)"
+    expected = "train.py exited with code 5 on rank 1 (host 127.0.0.1); its last line: 'worker says no'"
     assert master.failure.read_text().splitlines()[0] == expected
     assert worker.failure.read_text().splitlines()[0] == expected
     assert "worker says no" in master.failure.read_text()
@@ -76,7 +76,7 @@ def test_worker_fails_within_seconds_when_the_master_dies(tmp_path, free_port):
     worker_process = worker.start()
     program_pid = None
     for line in master_process.stdout:  # every host joined and the master's program runs: the job is on
-        if line.startswith("master program pid"):
+        if "master program pid" in line:  # after the rank's tag
             program_pid = int(line.split()[-1])
             break
     master_process.send_signal(signal.SIGKILL)  # the master host vanishes without a word
@@ -105,7 +105,7 @@ def test_master_fails_the_job_when_a_worker_host_vanishes(tmp_path, free_port):
     worker_process = worker.start()
     program_pid = None
     for line in worker_process.stdout:
-        if line.startswith("worker program pid"):
+        if "worker program pid" in line:  # after the rank's tag
             program_pid = int(line.split()[-1])
             break
     worker_process.send_signal(signal.SIGKILL)
