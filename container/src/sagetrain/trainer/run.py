@@ -170,7 +170,7 @@ def _start_point(
         # Mid-epoch positions only mean something with the same shards and batches.
         if job.ranks.rank == 0:
             job.notes.warning(
-                f"the checkpoint {source} holds {meta.position.describe()} of a job with "
+                f"the checkpoint {source} ({meta.position.describe()}) was written by a job with "
                 f"{_layout(meta.ranks, meta.global_batch_size, meta.steps_per_epoch)}; this job has "
                 f"{_layout(job.ranks.size, settings.batch_size, steps)}, so epoch {meta.position.epoch} "
                 "restarts from its first step."
@@ -180,8 +180,8 @@ def _start_point(
 
 
 def _layout(ranks: int, batch_size: int, steps: int | None) -> str:
-    text = f"{ranks} ranks, batch_size {batch_size}"
-    return f"{text}, {steps} steps per epoch" if steps is not None else text
+    text = f"{ranks} rank{'' if ranks == 1 else 's'}, batch_size {batch_size}"
+    return f"{text} and {steps} steps per epoch" if steps is not None else text
 
 
 def _checkpoint(
