@@ -118,22 +118,51 @@ def sigterm_job(tmp_path):
     return checkpoints, run_flags, job
 
 
+# What every rank reports after a SIGTERM: rank 0 and its host wrote the checkpoint, named by the epoch and
+# the last step done in it, which the sentence repeats.
+STOP_REPORT = re.compile(
+    r"rank 0 \(host algo-1\) wrote the checkpoint /opt/ml/checkpoints/"
+    r"(?P<name>sagetrain-epoch(?P<name_epoch>\d{6})-step(?P<name_step>\d{8})\.npz) "
+    r"\(epoch (?P<epoch>\d+), step (?P<step>\d+) of (?P<steps>\d+)\) after SIGTERM"
+)
+
+
 def assert_stopped_with_a_checkpoint(stopped, checkpoints, hosts):
-    """Each of ``hosts`` exited 143 with a failure line saying it was stopped and where rank 0 wrote the
-    one checkpoint; the last epoch the stopped run logged."""
+    """Each of ``hosts`` exited 143 with a failure line saying it was stopped and that rank 0 on algo-1
+    wrote the one checkpoint, with the epoch and step it holds (those of its name); that sentence's
+    match and the last epoch the stopped run logged."""
     saved = sorted(path.name for path in checkpoints.iterdir())
     assert len(saved) == 1, f"expected the SIGTERM checkpoint alone in {checkpoints}: {saved}"
+    reports = []
     for host in hosts:
         assert stopped.exit_codes()[host] == 143, stopped.describe()
         line = stopped.failure_line(host) or ""
-        # The entry's sentence, then the trainer's own account of where it stopped and what it wrote.
-        assert "stopped by SIGTERM" in line, (host, line)
-        assert f"checkpoint written to /opt/ml/checkpoints/{saved[0]}" in line, (host, saved, line)
-    return max(int(m.group(1)) for text in stopped.lines if (m := EPOCH_LINE.search(text)))
+        print(f"{host}'s failure line: {line}")
+        # The entry's sentence, then the trainer's own account of who wrote what, and where it stopped.
+        assert line.startswith("the job was stopped by SIGTERM"), (host, line)
+        report = STOP_REPORT.search(line)
+        assert report, (host, line)
+        assert report["name"] == saved[0], (host, saved, line)
+        assert (int(report["name_epoch"]), int(report["name_step"])) == (
+            int(report["epoch"]),
+            int(report["step"]),
+        ), line
+        assert 1 <= int(report["step"]) <= int(report["steps"]), line
+        reports.append(report)
+    assert len({report.group(0) for report in reports}) == 1, "every host names the same checkpoint"
+    # Rank 0 announced the checkpoint it wrote, in the same words.
+    position = f"(epoch {reports[0]['epoch']}, step {reports[0]['step']} of {reports[0]['steps']})"
+    written = f"wrote the checkpoint /opt/ml/checkpoints/{saved[0]} {position}"
+    assert any(text.endswith(written) for text in stopped.lines), stopped.describe()
+    last_epoch = max(int(m.group(1)) for text in stopped.lines if (m := EPOCH_LINE.search(text)))
+    return reports[0], last_epoch
 
 
-def assert_resumed(resumed, last_epoch):
+def assert_resumed(resumed, stop_report, last_epoch):
     assert resumed.exit_code == 0, resumed.describe()
+    position = f"(epoch {stop_report['epoch']}, step {stop_report['step']} of {stop_report['steps']})"
+    resuming = f"resuming from the checkpoint /opt/ml/checkpoints/{stop_report['name']} {position}"
+    assert any(text.endswith(resuming) for text in resumed.lines), resumed.describe()
     epochs = [int(m.group(1)) for text in resumed.lines if (m := EPOCH_LINE.search(text))]
     print(f"the stopped run reached epoch {last_epoch}; the resumed run logged epochs {epochs}")
     assert epochs and epochs[0] > 1 and epochs[0] >= last_epoch, epochs
@@ -147,10 +176,10 @@ def test_sigterm_writes_a_checkpoint_and_a_restart_resumes(tmp_path, cpu_image):
     DOCKER.run(["stop", "--time", "10", running.container("algo-1")])
     stopped = running.wait()
     assert stopped.exit_code != 0, stopped.describe()
-    last_epoch = assert_stopped_with_a_checkpoint(stopped, checkpoints, ["algo-1"])
+    stop_report, last_epoch = assert_stopped_with_a_checkpoint(stopped, checkpoints, ["algo-1"])
     # As SageMaker restarts a job: fresh /opt/ml trees, the checkpoints restored.
     resumed = run_cluster(tmp_path, cpu_image, 2, CASES / "keras_module", name="resume", **job)
-    assert_resumed(resumed, last_epoch)
+    assert_resumed(resumed, stop_report, last_epoch)
 
 
 def test_sigterm_to_every_host_at_once_checkpoints_and_every_host_exits_143(tmp_path, cpu_image):
@@ -163,12 +192,12 @@ def test_sigterm_to_every_host_at_once_checkpoints_and_every_host_exits_143(tmp_
     DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1"), running.container("algo-2")])
     stopped = running.wait()
     assert all(exited_on_their_own(stopped).values()), stopped.describe()
-    last_epoch = assert_stopped_with_a_checkpoint(stopped, checkpoints, ["algo-1", "algo-2"])
+    stop_report, last_epoch = assert_stopped_with_a_checkpoint(stopped, checkpoints, ["algo-1", "algo-2"])
     # A restart on the same trees: it resumes, and its success is not left next to the stopped run's failure.
     resumed = run_workdir(
         tmp_path, cpu_image, stopped.workdir, name="resume-all", timeout=540, extra=run_flags
     )
-    assert_resumed(resumed, last_epoch)
+    assert_resumed(resumed, stop_report, last_epoch)
     for host in ("algo-1", "algo-2"):
         assert (resumed.tree(host) / "output" / "success").exists(), resumed.describe()
         assert resumed.failure(host) is None, (host, resumed.failure(host))

@@ -53,10 +53,15 @@ def test_the_trainer_reads_the_launchers_configuration_and_its_place(tmp_path):
         SAGETRAIN_SIZE="4",
         SAGETRAIN_LOCAL_RANK="1",
         SAGETRAIN_LOCAL_SIZE="2",
+        SM_CURRENT_HOST="algo-2",
+        SM_LOG_LEVEL="30",
     )
     job = trainer_job(env)
     assert job.engine is Engine.HOROVOD
     assert job.ranks == place(3, 1, 4, 2)
+    assert (job.current_host, job.notes.level) == ("algo-2", 30)
+    bare = trainer_job(environ(tmp_path))
+    assert (bare.current_host, bare.notes.level) == (None, 20), "run without the launcher: INFO, no host"
     assert dict(job.hyperparameters) == {"epochs": 3}
     channel = job.channel("train")
     assert (job.paths.channel_dir(channel.name), channel.input_mode, channel.s3_distribution) == (
@@ -87,6 +92,11 @@ def test_hyperparameters_are_decoded_from_their_json_strings(tmp_path):
         ({"SAGETRAIN_ENGINE": "mpi"}, PlatformError, "SAGETRAIN_ENGINE='mpi' is not one of"),
         ({"SAGETRAIN_RANK": "2", "SAGETRAIN_SIZE": "2"}, PlatformError, "are inconsistent"),
         ({"SAGETRAIN_SIZE": "two"}, PlatformError, "SAGETRAIN_SIZE must be an integer"),
+        (
+            {"SM_LOG_LEVEL": "loud"},
+            PlatformError,
+            "SM_LOG_LEVEL='loud' in the trainer's environment is not a",
+        ),
     ],
 )
 def test_bad_environment_is_named(tmp_path, extra, error, message):

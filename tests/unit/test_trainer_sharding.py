@@ -14,6 +14,7 @@ from sagetrain.trainer.sharding import (
     is_balanced,
     plan_shard,
     records_in_record_shard,
+    records_through_step,
     steps_per_epoch,
 )
 
@@ -143,3 +144,20 @@ def test_an_evaluation_channel_needs_a_record_on_some_rank_only():
     check_has_records("validation", [0, 3, 0])
     with pytest.raises(UserError, match=r"^channel 'validation' has no records; put data files in it"):
         check_has_records("validation", [0, 0])
+
+
+@pytest.mark.parametrize(
+    ("records_per_rank", "steps", "batch", "take_all"),
+    [((17, 10), 3, 4, True), ((19, 18), 5, 4, True), ((7,), 7, 1, True), ((40, 41, 40), 4, 8, False)],
+)
+def test_records_through_step_adds_up_every_ranks_batches(records_per_rank, steps, batch, take_all):
+    dealt = [batch_sizes(records, steps, batch, take_all=take_all) for records in records_per_rank]
+    for step in range(steps + 1):
+        expected = sum(sum(sizes[:step]) for sizes in dealt)
+        assert records_through_step(records_per_rank, steps, batch, step, take_all=take_all) == expected
+
+
+def test_records_through_step_literals():
+    # 17 and 10 records over 3 steps: batches of 6, 6, 5 and 4, 3, 3.
+    assert [records_through_step((17, 10), 3, 4, step) for step in range(4)] == [0, 10, 19, 27]
+    assert records_through_step((40, 41), 4, 8, 3, take_all=False) == 48

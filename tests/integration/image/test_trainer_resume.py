@@ -2,10 +2,12 @@
 restart on the same /opt/ml tree continues there and ends with the weights of an uninterrupted run. And a
 rank killed outright in epoch 3: the restart continues from the end of epoch 2, with the same result."""
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from sagetrain.trainer.checkpoints import Progress
 from trainer_cases import trainer_data as data
 from trainer_cases.trainer_harness import CASES, run_trainer, step_ids
 
@@ -27,6 +29,7 @@ def hyperparameters(root: Path, **extra) -> dict:
 @pytest.mark.parametrize("engine", ["horovod", "multi_worker_mirrored"])
 def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engine):
     interrupted = fresh_tree(tmp_path / "interrupted")
+    folder = interrupted / "checkpoints"
     # Rank 1 alone is signalled, during the first step of epoch 3.
     first = run_trainer(
         interrupted,
@@ -40,14 +43,36 @@ def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engi
     errors = [first.error(rank) for rank in range(RANKS)]
     assert all(error is not None for error in errors), first.stderr[-3000:]
     message = errors[0]["message"]
-    assert message.startswith("stopped by SIGTERM after epoch 3 step "), message
-    assert f"checkpoint written to {interrupted / 'checkpoints'}" in message
+    # Every rank reports who wrote the checkpoint, not itself: rank 1 was signalled, rank 0 wrote.
+    stop = re.fullmatch(
+        rf"rank 0 \(host algo-1\) wrote the checkpoint {re.escape(str(folder))}/(\S+) "
+        rf"\(epoch 3, step (\d+) of {STEPS}\) after SIGTERM",
+        message,
+    )
+    assert stop, message
     assert all(error["message"] == message for error in errors), "ranks agree on where they stopped"
-    stopped_at = int(message.split(" step ")[1].split(";")[0])
+    stopped_at = int(stop.group(2))
+    assert stop.group(1) == f"sagetrain-epoch000003-step{stopped_at:08d}.npz"
     assert [len(step_ids(interrupted, rank)) for rank in range(RANKS)] == [2 * STEPS + stopped_at] * RANKS
     assert len(first.epoch_lines()) == 2
-    checkpoints = sorted(path.name for path in (interrupted / "checkpoints").iterdir())
-    assert checkpoints[-1] == f"sagetrain-epoch000002-step{stopped_at:08d}.npz"
+    checkpoints = sorted(path.name for path in folder.iterdir())
+    assert checkpoints == [f"sagetrain-epoch000002-step{STEPS:08d}.npz", stop.group(1)]
+    written = [note for note in first.notes() if note.startswith("wrote the checkpoint ")]
+    assert written == [
+        f"wrote the checkpoint {folder / name} (epoch {epoch}, step {step} of {STEPS})"
+        for name, epoch, step in [
+            (f"sagetrain-epoch000001-step{STEPS:08d}.npz", 1, STEPS),
+            (checkpoints[0], 2, STEPS),
+            (checkpoints[1], 3, stopped_at),
+        ]
+    ], first.stderr[-3000:]
+    resume_from = folder / checkpoints[1]
+    if engine == "horovod":
+        # As an older image named it (epochs completed, steps into the next): a name that sorts before the
+        # end of epoch 2 although it holds more. The restart must still take it, at the position inside.
+        progress = Progress.after_step(3, stopped_at, STEPS)
+        older_name = f"sagetrain-epoch{progress.epochs_completed:06d}-step{progress.steps_into_epoch:08d}.npz"
+        resume_from = resume_from.rename(folder / older_name)
 
     second = run_trainer(
         interrupted, CASES / "ids_module.py", hyperparameters(interrupted), ranks=RANKS, engine=engine
@@ -56,6 +81,9 @@ def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engi
     assert second.returncode == 0, second.stderr[-3000:]
     report = second.report(0)
     assert report["resumed_from"] == {"epochs_completed": 2, "steps_into_epoch": stopped_at}
+    assert f"resuming from the checkpoint {resume_from} (epoch 3, step {stopped_at} of {STEPS})" in (
+        second.notes()
+    ), second.stderr[-3000:]
     assert [epoch["epoch"] for epoch in report["epochs"]] == [3, 4]
     assert [line.split()[0] for line in second.epoch_lines()] == ["epoch=3", "epoch=4"]
     # Across both runs every record was trained on exactly once per epoch.
@@ -87,7 +115,7 @@ def test_a_job_killed_in_epoch_3_resumes_at_epoch_3_and_equals_an_uninterrupted_
     assert first.returncode != 0
     assert len(first.epoch_lines()) == 2, first.stdout[-3000:]
     checkpoints = sorted(path.name for path in (killed / "checkpoints").iterdir())
-    assert checkpoints[-1] == "sagetrain-epoch000002-step00000000.npz", checkpoints
+    assert checkpoints[-1] == f"sagetrain-epoch000002-step{STEPS:08d}.npz", checkpoints
 
     second = run_trainer(killed, CASES / "ids_module.py", hyperparameters(killed), ranks=RANKS)
 

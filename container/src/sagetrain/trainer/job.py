@@ -15,10 +15,12 @@ from sagetrain.config.checkpoints import read_checkpoint_dir
 from sagetrain.config.job import JobConfig, load_job_config
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.config.tensorboard import read_tensorboard_dir
+from sagetrain.config.toolkit_env import CURRENT_HOST_VAR
 from sagetrain.contracts import RankPlace
 from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError
 from sagetrain.trainer.hyperparameters import HyperParameters
+from sagetrain.trainer.notes import Notes, job_log_level
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class TrainerJob:
     checkpoint_dir: Path
     error_file: Path | None
     report_dir: Path | None  # per-rank diagnostics, when asked for
+    current_host: str | None  # this rank's host, as the launcher told it; None when run without one
+    notes: Notes  # the trainer's notes at the job's log level
 
     @property
     def paths(self) -> Paths:
@@ -75,4 +79,6 @@ def trainer_job(environ: Mapping[str, str]) -> TrainerJob:
         checkpoint_dir=read_checkpoint_dir(config.paths),
         error_file=_optional_path(environ, contracts.ERROR_FILE_VAR),
         report_dir=_optional_path(environ, contracts.TRAINER_REPORT_DIR_VAR),
+        current_host=environ.get(CURRENT_HOST_VAR) or None,
+        notes=Notes(job_log_level(environ)),
     )

@@ -5,8 +5,10 @@ train → evaluate → export. Side effects (signals, files, printing) live here
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,7 @@ from sagetrain.trainer.loop import (
     values_of,
 )
 from sagetrain.trainer.preparation import TEST, TRAIN, VALIDATION, Prepared, prepare
+from sagetrain.trainer.progress import EpochPlace, EpochProgress
 from sagetrain.trainer.readers import (
     READ_ERRORS,
     describe_read_error,
@@ -52,14 +55,11 @@ from sagetrain.trainer.sharding import (
     batch_sizes,
     check_has_records,
     check_records_per_rank,
+    records_through_step,
     steps_per_epoch,
 )
 from sagetrain.trainer.signals import StopRequest
 from sagetrain.trainer.tensorboard import EpochScalars
-
-
-def _note(message: str) -> None:
-    print(f"sagetrain.trainer: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -146,37 +146,58 @@ def _restore_and_broadcast(collectives: Collectives, setup: LocalSetup) -> ckpt.
     return meta
 
 
+def _same_layout(meta: ckpt.CheckpointMeta, job: TrainerJob, settings: TrainerSettings, steps: int) -> bool:
+    """Whether this job deals the same shards and batches as the one that wrote ``meta``."""
+    return (
+        meta.ranks == job.ranks.size
+        and meta.global_batch_size == settings.batch_size
+        and meta.steps_per_epoch in (None, steps)
+    )
+
+
 def _start_point(
-    meta: ckpt.CheckpointMeta | None, job: TrainerJob, settings: TrainerSettings
+    meta: ckpt.CheckpointMeta | None,
+    job: TrainerJob,
+    settings: TrainerSettings,
+    steps: int,
+    source: Path | None,
 ) -> ckpt.Progress:
+    """Where training starts from the checkpoint ``meta`` (which rank 0 read from ``source``)."""
     if meta is None:
         return ckpt.Progress(0, 0)
     progress = meta.progress
-    same_layout = meta.ranks == job.ranks.size and meta.global_batch_size == settings.batch_size
-    if progress.steps_into_epoch and not same_layout:
+    if progress.steps_into_epoch and not _same_layout(meta, job, settings, steps):
         # Mid-epoch positions only mean something with the same shards and batches.
         if job.ranks.rank == 0:
-            _note(
-                f"checkpoint was taken mid-epoch with {meta.ranks} ranks and batch_size "
-                f"{meta.global_batch_size}; this job differs, so epoch "
-                f"{progress.epochs_completed + 1} restarts."
+            job.notes.warning(
+                f"the checkpoint {source} ({meta.position.describe()}) was written by a job with "
+                f"{_layout(meta.ranks, meta.global_batch_size, meta.steps_per_epoch)}; this job has "
+                f"{_layout(job.ranks.size, settings.batch_size, steps)}, so epoch {meta.position.epoch} "
+                "restarts from its first step."
             )
         progress = ckpt.Progress(progress.epochs_completed, 0)
     return progress
 
 
+def _layout(ranks: int, batch_size: int, steps: int | None) -> str:
+    text = f"{ranks} rank{'' if ranks == 1 else 's'}, batch_size {batch_size}"
+    return f"{text} and {steps} steps per epoch" if steps is not None else text
+
+
 def _checkpoint(
-    job: TrainerJob, settings: TrainerSettings, prepared: Prepared, progress: ckpt.Progress
-) -> Path:
-    path = job.checkpoint_dir / ckpt.checkpoint_name(progress)
-    if job.ranks.rank == 0:
-        meta = ckpt.CheckpointMeta(progress, settings.seed, job.ranks.size, settings.batch_size)
-        path = ckpt.write_checkpoint(
-            job.checkpoint_dir,
-            meta,
-            values_of(model_variables(prepared)),
-            values_of(optimizer_variables(prepared)),
-        )
+    job: TrainerJob, settings: TrainerSettings, prepared: Prepared, progress: ckpt.Progress, steps: int
+) -> Path | None:
+    """Rank 0 writes (and says so); the path it wrote, None on the other ranks."""
+    if job.ranks.rank != 0:
+        return None
+    meta = ckpt.CheckpointMeta(progress, settings.seed, job.ranks.size, settings.batch_size, steps)
+    path = ckpt.write_checkpoint(
+        job.checkpoint_dir,
+        meta,
+        values_of(model_variables(prepared)),
+        values_of(optimizer_variables(prepared)),
+    )
+    job.notes.info(ckpt.written_note(path, meta.position))
     return path
 
 
@@ -186,22 +207,35 @@ def _stopped(
     collectives: Collectives,
     prepared: Prepared,
     progress: ckpt.Progress,
-    where: str,
+    steps: int,
 ) -> Terminated:
-    """Checkpoint on SIGTERM, the error to exit with. No rank exits before rank 0 has written: mpirun
-    ends the whole job, with SIGKILL a second later, as soon as any rank exits non-zero."""
-    written = str(_checkpoint(job, settings, prepared, progress))
-    written = collectives.broadcast_object(written)  # rank 0 answers only once its file is in place
-    return Terminated(f"stopped by SIGTERM after {where}; checkpoint written to {written}")
+    """Checkpoint on SIGTERM, the error to exit with: the same sentence on every rank, naming the rank and
+    host that wrote it. No rank exits before rank 0 has written: mpirun ends the whole job, with SIGKILL a
+    second later, as soon as any rank exits non-zero."""
+    path = _checkpoint(job, settings, prepared, progress, steps)
+    mine = (str(path), job.current_host) if path is not None else None
+    # Rank 0 answers only once its file is in place.
+    written, host = collectives.broadcast_object(mine)
+    return Terminated(ckpt.stop_message(written, progress.position(steps), host))
 
 
 @dataclass(frozen=True)
 class EpochShape:
-    """Every rank's epoch: the same number of steps, this rank's batch sizes, the learning rate plan."""
+    """Every rank's epoch: the same number of steps, this rank's batch sizes, the learning rate plan; and
+    what every rank's batches add up to (``records_per_rank``, ``batch``, ``take_all`` as dealt)."""
 
     steps: int
     sizes: tuple[int, ...]
     learning_rate: LearningRatePlan | None
+    records_per_rank: tuple[int, ...]
+    batch: int
+    take_all: bool
+
+    def samples_through(self, step: int) -> int:
+        """The global samples of an epoch's first ``step`` steps."""
+        return records_through_step(
+            self.records_per_rank, self.steps, self.batch, step, take_all=self.take_all
+        )
 
 
 def _epoch_shape(
@@ -209,10 +243,11 @@ def _epoch_shape(
 ) -> EpochShape:
     natural_steps = steps_per_epoch(train_counts, batch)
     steps = steps_per_epoch(train_counts, batch, settings.steps_per_epoch)
-    sizes = batch_sizes(setup.prepared.train.count, steps, batch, take_all=steps == natural_steps)
+    take_all = steps == natural_steps
+    sizes = batch_sizes(setup.prepared.train.count, steps, batch, take_all=take_all)
     target = setup.learning_rate.target
     plan = LearningRatePlan(target, round(settings.warmup_epochs * steps)) if target is not None else None
-    return EpochShape(steps, sizes, plan)
+    return EpochShape(steps, sizes, plan, tuple(train_counts), batch, take_all)
 
 
 def _resume(
@@ -221,20 +256,19 @@ def _resume(
     collectives: Collectives,
     setup: LocalSetup,
     report: RankReport,
+    steps: int,
 ) -> ckpt.Progress:
     """Rank 0's checkpoint (or initial state) on every rank; where training starts."""
     meta = _restore_and_broadcast(collectives, setup)
-    start = _start_point(meta, job, settings)
+    source = setup.checkpoint.path if setup.checkpoint is not None else None  # rank 0's file
+    start = _start_point(meta, job, settings, steps, source)
     if meta is not None:
         report.resumed_from = {
             "epochs_completed": start.epochs_completed,
             "steps_into_epoch": start.steps_into_epoch,
         }
         if job.ranks.rank == 0:
-            _note(
-                f"resuming after epoch {start.epochs_completed} step {start.steps_into_epoch} "
-                f"from {job.checkpoint_dir}"
-            )
+            job.notes.info(f"resuming from the checkpoint {source} ({meta.position.describe()})")
     return start
 
 
@@ -258,6 +292,7 @@ class EpochRunner:
         self.stop_flags = {True: tf.constant(1.0), False: tf.constant(0.0)}
         tensorboard = job.tensorboard_dir
         self.writer = EpochScalars(tensorboard) if job.ranks.rank == 0 and tensorboard is not None else None
+        self.reports_progress = job.ranks.rank == 0 and job.notes.shows(logging.INFO)
 
     def run_steps(self, epoch: int, skip: int) -> None:
         """One epoch's steps after the first ``skip`` (a resumed epoch); raises Terminated after the step
@@ -272,12 +307,20 @@ class EpochRunner:
         )
         reset_metrics(prepared)
         iterator = iter(batches)
+        progress = self._progress(epoch, skip)
         for done in range(skip + 1, steps + 1):
             if self.shape.learning_rate is not None:
                 set_learning_rate(prepared, self.shape.learning_rate.at((epoch - 1) * steps + done - 1))
             if float(self._step(iterator, epoch, done)) > 0:
-                progress = ckpt.Progress(epoch - 1, done) if done < steps else ckpt.Progress(epoch, 0)
-                raise self._stopped(progress, f"epoch {epoch} step {done}")
+                raise self._stopped(ckpt.Progress.after_step(epoch, done, steps))
+            if progress is not None and (line := progress.after_step(done)) is not None:
+                self.job.notes.info(line)
+
+    def _progress(self, epoch: int, skip: int) -> EpochProgress | None:
+        if not self.reports_progress:
+            return None
+        place = EpochPlace(epoch, self.settings.epochs, self.shape.steps)
+        return EpochProgress(place, self.shape.samples_through, skip, time.monotonic)
 
     def _step(self, iterator: Any, epoch: int, done: int) -> tf.Tensor:
         rank = self.job.ranks.rank
@@ -323,14 +366,14 @@ class EpochRunner:
             if self.writer is not None:
                 self.writer.write(epoch, averaged)
         if stop_now:
-            raise self._stopped(ckpt.Progress(epoch, 0), f"epoch {epoch} step {self.shape.steps}")
+            raise self._stopped(ckpt.Progress(epoch, 0))
         every = self.settings.checkpoint_every_epochs
         if every and (epoch % every == 0 or epoch == self.settings.epochs):
-            _checkpoint(self.job, self.settings, self.prepared, ckpt.Progress(epoch, 0))
+            _checkpoint(self.job, self.settings, self.prepared, ckpt.Progress(epoch, 0), self.shape.steps)
         return averaged
 
-    def _stopped(self, progress: ckpt.Progress, where: str) -> Terminated:
-        return _stopped(self.job, self.settings, self.collectives, self.prepared, progress, where)
+    def _stopped(self, progress: ckpt.Progress) -> Terminated:
+        return _stopped(self.job, self.settings, self.collectives, self.prepared, progress, self.shape.steps)
 
 
 def _train(
@@ -348,9 +391,9 @@ def _train(
     shape = _epoch_shape(settings, setup, train_counts, batch)
     report.records, report.steps_per_epoch = setup.prepared.train.count, shape.steps
     report.batch_sizes = list(shape.sizes)
-    start = _resume(job, settings, collectives, setup, report)
+    start = _resume(job, settings, collectives, setup, report, shape.steps)
     if ranks.rank == 0:
-        _note(
+        job.notes.info(
             f"{ranks.size} rank(s), {sum(train_counts)} training records, {shape.steps} steps per epoch, "
             f"batch {batch} per rank (global {batch * ranks.size})"
         )
@@ -391,7 +434,7 @@ def _finish(
     if job.ranks.rank == 0:
         write_metrics(job.paths.output_data_dir / "metrics.json", results)
         saved_model, keras_file = export_model(prepared.model, job.paths.model_dir)
-        _note(f"exported {saved_model} and {keras_file}")
+        job.notes.info(f"exported {saved_model} and {keras_file}")
 
 
 def run(module_path: Path, environ: Mapping[str, str], stop: StopRequest) -> None:

@@ -124,6 +124,20 @@ def batch_sizes(records: int, steps: int, batch_size: int, *, take_all: bool = T
     return (smaller + 1,) * larger_count + (smaller,) * (steps - larger_count)
 
 
+def records_through_step(
+    records_per_rank: Sequence[int], steps: int, batch_size: int, step: int, *, take_all: bool = True
+) -> int:
+    """All ranks' records in an epoch's first ``step`` steps, as ``batch_sizes`` deals each rank's out;
+    arithmetic per rank, not a walk over the steps."""
+    if not take_all:
+        return step * batch_size * len(records_per_rank)
+    total = 0
+    for records in records_per_rank:
+        smaller, larger_count = divmod(records, steps)
+        total += step * smaller + min(step, larger_count)
+    return total
+
+
 def check_records_per_rank(channel: str, records_per_rank: Sequence[int]) -> None:
     """Fail alike on every rank when any rank would get no record of ``channel`` (training needs all)."""
     check_has_records(channel, records_per_rank)

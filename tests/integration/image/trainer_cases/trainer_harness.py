@@ -1,7 +1,7 @@
 """Run the managed trainer as the launcher would: ``python -m sagetrain.trainer module.py`` on every rank,
 under real ``mpirun`` with Horovod for more than one rank, or as one process per simulated host with
 TF_CONFIG (MultiWorkerMirroredStrategy, workers on localhost ports), on an /opt/ml tree written as
-SageMaker writes it, with the SAGETRAIN_* environment the launcher gives."""
+SageMaker writes it, with the SAGETRAIN_* environment (and the host's SM_CURRENT_HOST) the launcher gives."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from keras_workers.launch import free_ports, tf_config
 from sagetrain import contracts
 from sagetrain.config.channels import Channel, S3Distribution
 from sagetrain.config.job_files import JobFiles
+from sagetrain.config.toolkit_env import CURRENT_HOST_VAR
 from sagetrain.deadline import Deadline
 from sagetrain.plan.tf_config import TF_CONFIG_VAR
+from sagetrain.trainer.notes import PREFIX as NOTE_PREFIX
 
 CASES = Path(__file__).resolve().parent
 REPO = CASES.parents[3]
@@ -54,6 +56,14 @@ class Run:
     def epoch_lines(self) -> list[str]:
         return [line for line in self.stdout.splitlines() if line.startswith("epoch=")]
 
+    def notes(self) -> list[str]:
+        """The trainer's own lines on stderr, without their ``sagetrain.trainer: `` prefix."""
+        return [
+            line.removeprefix(NOTE_PREFIX)
+            for line in self.stderr.splitlines()
+            if line.startswith(NOTE_PREFIX)
+        ]
+
 
 def run_trainer(
     root: Path,
@@ -77,6 +87,7 @@ def run_trainer(
         "SAGEMAKER_BASE_DIR": str(root),
         contracts.TRAINER_REPORT_DIR_VAR: str(root / "report"),
         contracts.ENGINE_VAR: "horovod" if ranks > 1 else "single",
+        CURRENT_HOST_VAR: HOST,
         # Where this process found sagetrain: the work tree on a host, the installed package in the image.
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SAGETRAIN_ROOT), os.environ.get("PYTHONPATH")])),
         "TF_CPP_MIN_LOG_LEVEL": "2",
