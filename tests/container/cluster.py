@@ -18,6 +18,7 @@ from pathlib import Path
 
 from localcluster.docker import LABEL_JOB, container_name
 from localcluster.dockercli import DockerCli
+from sagetrain.launch.rank_output import untagged
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = REPO / "scripts" / "local-cluster"
@@ -73,8 +74,11 @@ class ClusterResult:
         return None if text is None else (text.strip().splitlines() or [""])[0]
 
     def host_lines(self, host: str) -> list[str]:
+        """What ``host`` printed, each line without the runner's host prefix and a rank's tag."""
         return [
-            match.group(2) for line in self.lines if (match := HOST_LINE.match(line)) and match[1] == host
+            untagged(match.group(2))
+            for line in self.lines
+            if (match := HOST_LINE.match(line)) and match[1] == host
         ]
 
     def log(self) -> str:
@@ -159,7 +163,7 @@ class RunningCluster:
             while True:
                 for line in self.lines[seen:]:
                     match = HOST_LINE.match(line)
-                    text = match.group(2) if match else line
+                    text = untagged(match.group(2)) if match else line
                     if (host is None or (match and match.group(1) == host)) and (found := regex.search(text)):
                         return found
                 seen = len(self.lines)

@@ -161,7 +161,7 @@ CASES_TABLE = [
     Case("hyperparameter-equals-in-name", "hyperparameters",
          edit_json(HP, lambda hps: hps.update({"a=b": '"1"'})), ("a=b",)),
     Case("unknown-sagetrain-setting", "hyperparameters", set_hyperparameters(sagetrain_worker_wait_secs=5),
-         ("sagetrain_worker_wait_secs",)),
+         ("sagetrain_worker_wait_secs", "did you mean sagetrain_worker_wait_seconds?")),
     Case("worker-wait-negative", "hyperparameters", set_hyperparameters(sagetrain_worker_wait_seconds=-5),
          ("sagetrain_worker_wait_seconds",)),
     Case("port-out-of-range", "hyperparameters", set_hyperparameters(sagetrain_coordinator_port=70000),

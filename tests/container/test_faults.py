@@ -27,8 +27,8 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 
 HOROVOD = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1}
 FAULTS = CASES / "faults"
-# The trainer's epoch line, as printed by rank 0 (mpirun tags rank output with [job,rank]<stdout>:).
-EPOCH_LINE = re.compile(r"(?:\| |<stdout>:)epoch=(\d+)\b")
+# The trainer's epoch line, as printed by rank 0 (its rank launcher tags it with its host and rank).
+EPOCH_LINE = re.compile(r"(?:\| |\] )epoch=(\d+)\b")
 
 
 def start_long_job(tmp_path, image, name, grace, hosts=2, **arguments):
@@ -87,7 +87,7 @@ def test_a_rank_raising_on_one_host_ends_the_job_within_30_s_naming_host_and_ran
         tmp_path, cpu_image, 2, FAULTS, name="raise", program="train.py", hyperparameters=hps,
         extra=["--grace", "30"], timeout=420,
     )  # fmt: skip
-    # mpirun gathers every rank's output on the master, tagged [job,rank]<stdout>.
+    # mpirun gathers every rank's output on the master, each line tagged with its host and rank.
     raised = [m for line in result.lines if (m := re.search(r"raising at ([0-9.]+)", line))]
     assert raised, result.describe()
     after_raise = seconds_after(result, float(raised[0].group(1)))

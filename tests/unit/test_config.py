@@ -156,9 +156,17 @@ def test_custom_mpi_options_may_carry_values_that_look_like_refused_flags(tmp_pa
     assert settings.custom_mpi_options == ("-x", "NP=1", "--bind-to", "core", "-mca", "plm_rsh_args", "-H x")
 
 
-def test_unknown_sagetrain_setting_is_refused(tmp_path):
-    with pytest.raises(UserError, match="unknown setting sagetrain_cordinator_port"):
+def test_unknown_sagetrain_setting_is_refused_naming_the_one_it_likely_misspells(tmp_path):
+    with pytest.raises(UserError) as refused:
         parse_settings({"sagetrain_cordinator_port": 1}, tmp_path / "hp.json")
+    assert refused.value.cause == (
+        f"{tmp_path}/hp.json has unknown setting sagetrain_cordinator_port; did you mean "
+        "sagetrain_coordinator_port? (the README's hyperparameter table lists every setting)"
+    )
+    with pytest.raises(
+        UserError, match=r"unknown setting sagetrain_zzz; known: sagetrain_code_archive_max_bytes, "
+    ):
+        parse_settings({"sagetrain_zzz": 1}, tmp_path / "hp.json")
 
 
 def test_boolean_setting_accepts_json_and_text(tmp_path):

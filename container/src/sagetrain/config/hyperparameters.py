@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import json
 import logging
 import math
@@ -372,11 +373,24 @@ class JobSettings:
         return logging.INFO if self.log_level is None else self.log_level
 
 
+def _known_settings(unknown: str, known: tuple[str, ...]) -> str:
+    """What to say about an unknown ``sagetrain_*`` key: the known one it most likely misspells, else the
+    list. Pure."""
+    # Compared without the prefix every one of them shares.
+    names = {key.removeprefix(SAGETRAIN_PREFIX): key for key in known}
+    close = difflib.get_close_matches(unknown.removeprefix(SAGETRAIN_PREFIX), list(names), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {names[close[0]]}? (the README's hyperparameter table lists every setting)"
+    return f"known: {', '.join(sorted(known))}"
+
+
 def parse_launch_settings(read: HyperparameterReader) -> LaunchSettings:
     known = LaunchSettings.known_keys()
     unknown = sorted(k for k in read.decoded if k.startswith(SAGETRAIN_PREFIX) and k not in known)
     if unknown:
-        raise UserError(f"{read.source} has unknown setting {unknown[0]}; known: {', '.join(sorted(known))}")
+        raise UserError(
+            f"{read.source} has unknown setting {unknown[0]}; {_known_settings(unknown[0], known)}"
+        )
     values: dict[str, Any] = {}
     for field in dataclasses.fields(LaunchSettings):
         key = LaunchSettings.key(field.name)

@@ -7,6 +7,7 @@ whether they matter: a tf.distribute job that succeeded does not end its log wit
 from __future__ import annotations
 
 import collections
+import re
 import threading
 from dataclasses import dataclass
 from typing import IO
@@ -35,6 +36,15 @@ COPY_END_SECONDS = 5.0
 def rank_tag(host: str, place: RankPlace) -> str:
     """What goes before each of a rank's lines: nothing for a one-process job. Pure."""
     return f"[{host or 'unknown'} rank {place.rank}] " if place.size > 1 else ""
+
+
+# A tag as rank_tag writes it, for readers of a job's log (the tests, the benchmarks).
+RANK_TAG = re.compile(r"^\[(?P<host>[^\]\s]+) rank (?P<rank>\d+)\] ")
+
+
+def untagged(line: str) -> str:
+    """``line`` without its rank tag, if it has one. Pure."""
+    return RANK_TAG.sub("", line, count=1)
 
 
 @dataclass(frozen=True)
