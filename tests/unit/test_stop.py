@@ -54,9 +54,14 @@ def test_the_lowest_rank_that_said_something_is_quoted_whichever_came_first(tmp_
     )  # fmt: skip
     assert verdict == Verdict(
         143,
-        "the job was stopped by SIGTERM (the container was asked to stop); rank 0 (host algo-1): rank 0 "
-        "(host algo-1) wrote the checkpoint c.npz",
+        "the job was stopped by SIGTERM (the container was asked to stop); rank 0 (host algo-1) wrote "
+        "the checkpoint c.npz",
     )
+    events.put(RankReport(1, "algo-2", failure(1, "saving")))
+    verdict = stopped_verdict(
+        STOPPED, events, [], Deadline(5.0, "stop"), CheckpointFolder(tmp_path, "algo-1")
+    )
+    assert verdict.cause.endswith("; rank 1 (host algo-2): saving")  # what a rank says of itself is named
 
 
 def test_without_a_rank_saying_anything_the_files_written_after_the_signal_are_named(tmp_path):

@@ -143,6 +143,7 @@ def stopped_verdict(
         note = checkpoints.saved_since(stopped.signalled_at)
         return Verdict(stopped.exit_code, f"{stopped.cause}; {note}" if note else stopped.cause)
     first = min(said, key=lambda failure: failure.rank)
-    return Verdict(
-        stopped.exit_code, f"{stopped.cause}; rank {first.rank} (host {first.host}): {first.message}"
-    )
+    who = f"rank {first.rank} (host {first.host})"
+    # The managed trainer's account names its rank and host itself.
+    account = first.message if first.message.startswith(who) else f"{who}: {first.message}"
+    return Verdict(stopped.exit_code, f"{stopped.cause}; {account}")
