@@ -1,5 +1,6 @@
-"""Unpacking the code archive: what a hostile archive may not do (program/archive.py), and how the code
-folder holds all of an archive or nothing of it (program/code.py), on real files."""
+"""Unpacking the code archive: what a hostile archive may not do (program/archive.py, archive_stream.py,
+archive_budget.py), and how the code folder holds all of an archive or nothing of it (program/code.py), on
+real files."""
 
 import errno
 import json
@@ -23,16 +24,8 @@ from code_archives import (
 from sagetrain.config.hyperparameters import JobSettings, LaunchSettings
 from sagetrain.config.paths import Paths
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.program.archive import (
-    ArchiveLimits,
-    Excess,
-    RefusedMember,
-    Room,
-    Tally,
-    excess,
-    extract_archive,
-    write_failure,
-)
+from sagetrain.program.archive import RefusedMember, extract_archive, write_failure
+from sagetrain.program.archive_budget import ArchiveLimits, Excess, Room, Tally, excess
 from sagetrain.program.code import (
     CodeState,
     Unpacked,
