@@ -15,9 +15,10 @@ API only, and what tarfile would read whole into memory (an extended header larg
 sparse map) is refused before it sees it (program/archive_stream.py). A damaged archive (a bad header,
 data missing, a checksum that does not match, data after the end) is refused too.
 
-tarfile's extraction filters (PEP 706) are not used: the image's Python (Debian's 3.11.2) predates them,
-and each of their checks is made here, stricter (a member they would rewrite, an absolute name or a
-set-user-ID bit, is refused).
+tarfile's extraction filters (PEP 706) are not used: the image's Python (Debian's 3.11.2) predates them.
+What the ``data`` filter refuses is refused here too (absolute names and link targets, names and links
+that lead outside, device files and FIFOs), and what it would rewrite (a leading '/', a set-user-ID bit)
+is refused.
 
 After a refusal the folder holds part of the archive: the caller unpacks into a folder of its own and
 discards it (program/code.py).
