@@ -91,6 +91,38 @@ def pax_sparse_archive(path, name, real_size, sparse_map: bytes):
     return write_archive(path, (info, io.BytesIO(sparse_map.ljust(512, b"\0"))), mode="w:gz")
 
 
+def header_block(name, kind=tarfile.REGTYPE, size=0):
+    """One header block as tar writes it, claiming ``size`` bytes whatever follows (GNU's format: a
+    negative size is written in base 256)."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(tarfile.GNU_FORMAT)
+
+
+def padded(data):
+    """``data`` padded with zeros to a whole block, as a member's data or an extended header's."""
+    return data + bytes(-len(data) % tarfile.BLOCKSIZE)
+
+
+def pax_records(**records):
+    """pax records as POSIX writes them: ``"<length> <key>=<value>\\n"``, the length counting itself."""
+    written = b""
+    for key, value in records.items():
+        body = f" {key}={value}\n".encode()
+        length = len(body) + 1
+        while len(str(length)) + len(body) != length:
+            length += 1
+        written += str(length).encode() + body
+    return written
+
+
+def block_archive(path, *blocks, compress=False):
+    """An archive of ``blocks`` as given, then the end-of-archive blocks; gzip-compressed if asked."""
+    data = b"".join(blocks) + bytes(2 * tarfile.BLOCKSIZE)
+    path.write_bytes(gzip.compress(data) if compress else data)
+    return path
+
+
 @contextlib.contextmanager
 def small_volume(folder: Path, size: str):
     """A tmpfs of ``size`` mounted on ``folder`` (made here) while the block runs; the test is skipped

@@ -1,20 +1,27 @@
-"""Unpacking the code archive: what a hostile archive may not do (program/archive.py), and how the code
-folder holds all of an archive or nothing of it (program/code.py), on real files."""
+"""Unpacking the code archive: what a hostile archive may not do (program/archive.py, archive_stream.py,
+archive_budget.py), and how the code folder holds all of an archive or nothing of it (program/code.py), on
+real files."""
 
+import ast
 import errno
 import json
 import shutil
 import stat
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 from code_archives import (
     GiB,
     MiB,
+    block_archive,
     claiming_archive,
     gnu_sparse_archive,
+    header_block,
     member,
+    padded,
+    pax_records,
     pax_sparse_archive,
     small_volume,
     write_archive,
@@ -23,16 +30,9 @@ from code_archives import (
 from sagetrain.config.hyperparameters import JobSettings, LaunchSettings
 from sagetrain.config.paths import Paths
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.program.archive import (
-    ArchiveLimits,
-    Excess,
-    RefusedMember,
-    Room,
-    Tally,
-    excess,
-    extract_archive,
-    write_failure,
-)
+from sagetrain.program.archive import RefusedMember, extract_archive, write_failure
+from sagetrain.program.archive_budget import ArchiveLimits, Excess, Room, Tally, excess
+from sagetrain.program.archive_stream import holds_record
 from sagetrain.program.code import (
     CodeState,
     Unpacked,
@@ -329,9 +329,11 @@ def _spoiled(data, at, value=None):
         (lambda plain: plain[:1024 + 512 + 100], "cannot be read as a tar file (unexpected end of data)"),
         (lambda plain: b"not a tar file", "cannot be read as a tar file (neither plain nor compressed with "
          "gzip, bzip2 or xz); rebuild it (tar czf)"),
+        (lambda plain: b"\x1f\x8b" + b"not gzip" * 10, "cannot be read as a tar file (neither plain nor "
+         "compressed with gzip, bzip2 or xz)"),
     ],
     ids=["data after the end", "two archives joined", "bad header", "cut at a header", "cut in a header",
-         "cut in a member", "not a tar file"],
+         "cut in a member", "not a tar file", "gzip's signature, then no gzip"],
 )  # fmt: skip
 def test_a_damaged_archive_is_refused_in_one_sentence(tmp_path, code, spoil, why):
     path = tmp_path / "spoiled.tar"
@@ -369,6 +371,133 @@ def test_bzip2_and_xz_archives_unpack_too(tmp_path, code):
     for mode in ("w:bz2", "w:xz"):
         path = write_archive(tmp_path / f"code.{mode[2:]}", member("train.py", data=b"x"), mode=mode)
         assert extract_archive(path, tmp_path / mode, "code").members == 1
+
+
+def test_archives_as_tar_writes_them_unpack_in_the_gnu_and_pax_formats(tmp_path):
+    # Names and link targets past the 100 bytes of a header: a GNU long name and long link, or pax records.
+    long_name = "deep/" * 20 + "n" * 120 + ".py"
+    long_target = "deep/" * 30 + "target.py"
+    for form in (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT):
+        path = tmp_path / f"format-{form}.tar.gz"
+        with tarfile.open(path, "w:gz", format=form) as tar:
+            tar.addfile(*member(long_name, data=b"long"))
+            tar.addfile(*member("ünïcode.py", data=b"u"))
+            tar.addfile(*member("link.py", tarfile.SYMTYPE, linkname=long_target))
+        code = tmp_path / f"code-{form}"
+        assert extract_archive(path, code, "code.tar.gz").members == 3
+        assert (code / long_name).read_bytes() == b"long"
+        assert (code / "ünïcode.py").read_bytes() == b"u"
+        assert (code / "link.py").readlink() == Path(long_target)
+
+
+def test_pax_global_records_apply_to_the_members_after_them(tmp_path):
+    # As git archive writes one (the commit, as a comment).
+    path = tmp_path / "git.tar"
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT, pax_headers={"comment": "0" * 40}) as tar:
+        tar.addfile(*member("a.py", data=b"a"))
+        tar.addfile(*member("b.py", data=b"b"))
+    assert extract_archive(path, tmp_path / "git", "git.tar").members == 2
+    # A path among them names the next member, as tarfile reads a whole archive.
+    records = pax_records(path="renamed.py")
+    path = block_archive(
+        tmp_path / "renaming.tar",
+        header_block("pax_global_header", tarfile.XGLTYPE, len(records)), padded(records),
+        header_block("orig.py", size=1), padded(b"x"),
+    )  # fmt: skip
+    extract_archive(path, tmp_path / "renaming", "renaming.tar")
+    assert [p.name for p in (tmp_path / "renaming").iterdir()] == ["renamed.py"]
+
+
+def _pax(kind, name, records):
+    return header_block(name, kind, len(records)) + padded(records)
+
+
+@pytest.mark.parametrize(
+    ("blocks", "why"),
+    [
+        ([_pax(tarfile.XHDTYPE, "././@PaxHeader", pax_records(comment="c" * (100 << 10))),
+          header_block("a.py")],
+         "'././@PaxHeader', an extended header (a long name or pax records) of 100 KiB"),
+        # Global records add up: each applies to every member after it.
+        ([_pax(tarfile.XGLTYPE, "pax_global_header", pax_records(comment="c" * (40 << 10))),
+          header_block("a.py"),
+          _pax(tarfile.XGLTYPE, "pax_global_header", pax_records(mtime="1" * (40 << 10))),
+          header_block("b.py")],
+         "'pax_global_header', an extended header (a long name or pax records) of 80 KiB"),
+        # Version 0.1 of GNU's sparse files: its map in the records; the file named as tarfile reads it.
+        ([_pax(tarfile.XHDTYPE, "././@PaxHeader",
+               pax_records(**{"GNU.sparse.map": "0,1", "GNU.sparse.size": "10", "GNU.sparse.name": "sp"})),
+          header_block("./GNUSparseFile.1/sp", size=1), padded(b"x")], "'sp', a sparse file"),
+    ],
+    ids=["pax records of 100 KiB", "global pax records adding up to 80 KiB", "sparse file, map in records"],
+)  # fmt: skip
+def test_pax_records_larger_than_any_real_ones_or_of_a_sparse_file_are_refused(tmp_path, code, blocks, why):
+    path = block_archive(tmp_path / "pax.tar.gz", *blocks, compress=True)
+    with pytest.raises(UserError) as error:
+        extract_archive(path, code, "code.tar.gz")
+    assert error.value.cause == f"the code archive code.tar.gz holds {why}; rebuild the archive without it"
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        [header_block("n.py", size=-1)],  # in base 256, as GNU's format writes numbers that do not fit
+        [_pax(tarfile.XHDTYPE, "././@PaxHeader", pax_records(size="-5000")), header_block("n.py")],
+    ],
+    ids=["in its header", "in pax records"],
+)
+def test_a_member_claiming_a_negative_size_is_refused_as_damage(tmp_path, code, claims):
+    # Counted in, it would take its size off what the members after it are weighed against.
+    path = block_archive(tmp_path / "negative.tar", header_block("a.py", size=1), padded(b"x"), *claims)
+    with pytest.raises(UserError) as error:
+        extract_archive(path, code, "code.tar")
+    assert error.value.cause.startswith("the code archive code.tar cannot be read as a tar file ("), error
+    assert "at byte 1,024); rebuild it (tar czf)" in error.value.cause
+
+
+def test_pax_records_are_read_by_their_lengths():
+    key = b"GNU.sparse.major="
+    assert holds_record(pax_records(path="x.py", **{"GNU.sparse.major": "1"}), key)
+    assert not holds_record(pax_records(comment=" 1 GNU.sparse.major=1"), key)  # within a value
+    assert not holds_record(pax_records(path="x.py"), key)
+    assert not holds_record(b"not records", key)
+    assert not holds_record(b"0 GNU.sparse.major=1\n", key)  # a length that cannot be
+
+
+# tarfile's names that its documentation describes (Python 3.11): the code archive's modules use no other.
+TARFILE_DOCUMENTED = {
+    "open", "is_tarfile", "TarFile", "TarInfo", "TarError", "ReadError", "CompressionError", "StreamError",
+    "ExtractError", "HeaderError", "ENCODING", "USTAR_FORMAT", "GNU_FORMAT", "PAX_FORMAT", "DEFAULT_FORMAT",
+    "REGTYPE", "AREGTYPE", "LNKTYPE", "SYMTYPE", "DIRTYPE", "FIFOTYPE", "CONTTYPE", "CHRTYPE", "BLKTYPE",
+    "GNUTYPE_SPARSE",
+}  # fmt: skip
+
+
+def _tarfile_names(tree: ast.Module) -> set[str]:
+    """The names of tarfile a module uses: ``tarfile.X``, and what it imports from tarfile."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "tarfile":
+            names.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.module == "tarfile":
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_the_archive_modules_use_only_what_tarfile_documents():
+    program = Path(__file__).resolve().parents[2] / "container" / "src" / "sagetrain" / "program"
+    modules = sorted(program.glob("archive*.py"))
+    assert [path.name for path in modules] == ["archive.py", "archive_budget.py", "archive_stream.py"]
+    for path in modules:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        used = _tarfile_names(tree)
+        assert used <= TARFILE_DOCUMENTED, (path.name, used - TARFILE_DOCUMENTED)
+        # No private attribute of anything (a method to override, a TarFile's own state), no subclass.
+        nodes = list(ast.walk(tree))
+        private = {n.attr for n in nodes if isinstance(n, ast.Attribute) and n.attr.startswith("_")}
+        assert {name for name in private if not name.endswith("__")} == set(), (path.name, private)
+        bases = [ast.unparse(base) for n in nodes if isinstance(n, ast.ClassDef) for base in n.bases]
+        assert [base for base in bases if base.startswith("tarfile.")] == [], (path.name, bases)
 
 
 # --- the code folder: all of an archive or nothing of it, and a restart never runs what was left -------
