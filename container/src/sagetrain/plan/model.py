@@ -39,6 +39,9 @@ class Plan:
     reasons: tuple[str, ...] = ()  # why this engine and counts, for the log and the dry run
     # Every program runs with tf-keras as `keras` and `tf.keras` (sagetrain/legacy_keras.py).
     legacy_keras: bool = False
+    # NCCL's and libfabric's settings on a host with EFA (plan/efa.py); empty without EFA. The job's
+    # environment gets each one the user did not set.
+    efa_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def multi_host(self) -> bool:
