@@ -146,6 +146,12 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
 
 FROM runtime-base AS runtime-cpu
 
+# binutils for the step that trims the packages added below: mounted there, never part of the image.
+FROM os AS binutils
+RUN --mount=type=bind,source=container/pins/debian.txt,target=/run/build/debian.txt \
+    --mount=type=bind,source=container/build-steps/apt-install,target=/run/build/apt-install \
+    /run/build/apt-install /run/build/debian.txt slim
+
 # EFA (GPU image): the NCCL plugin, and libfabric's tools (`fi_info -p efa` says whether this container
 # sees an EFA device). libfabric itself and rdma-core's drivers are in every image (Open MPI needs them).
 FROM runtime-base AS runtime-gpu
@@ -165,8 +171,10 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
     --mount=type=bind,source=container/pins/python-added.txt,target=/run/build/python-added.txt \
     --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
     --mount=type=bind,source=container/build-steps/trim_added_packages.py,target=/run/build/trim_added_packages.py \
+    --mount=type=bind,from=binutils,target=/run/binutils \
     /run/build/with-extra-ca pip install -c /run/build/python.txt -r /run/build/python-added.txt \
- && python /run/build/trim_added_packages.py --requirements /run/build/python-added.txt
+ && python /run/build/trim_added_packages.py --requirements /run/build/python-added.txt \
+        --tools-root /run/binutils
 
 # Python-only Horovod patches (Keras 3 support) on the installed package: editing them never
 # recompiles Horovod. Applied in name order; none is fine.

@@ -8,9 +8,13 @@ program of the image runs; prints what it removed and what it saved.
 - The AWS CLI's own copy of botocore (awscli >= 1.46 carries one): its service models are written
   gzip-compressed, as botocore's own wheel ships them. Its loader reads ``.json.gz`` as it reads
   ``.json`` (``_JSON_OPEN_METHODS``), and a model is loaded here afterwards to prove it.
+- Symbol tables of these distributions' shared objects (``strip --strip-all``; TensorFlow Text's ops,
+  pyarrow, OpenCV: ~90 MB): no loader reads them. ld.so and dlsym use the dynamic symbol table, which
+  strip keeps. The runtime has no binutils: ``--tools-root`` names a mounted root that has (the
+  Dockerfile's ``binutils`` stage), whose ``strip`` runs with that root's libraries.
 
-Run by the image's Python (the runtime has no compiler or binutils): ``python trim_added_packages.py
---requirements python-added.txt``.
+Run by the image's Python: ``python trim_added_packages.py --requirements python-added.txt
+[--tools-root DIR]``.
 """
 
 from __future__ import annotations
@@ -73,6 +77,29 @@ def remove_test_suites(site: Path, names: Iterable[str]) -> Iterator[tuple[str, 
                 yield folder, size
 
 
+def shared_objects(site: Path, names: Iterable[str]) -> list[Path]:
+    """The ELF shared objects among these distributions' files (``*.so``, ``*.so.N``)."""
+    found = []
+    for name in names:
+        for file in importlib.metadata.distribution(name).files or []:
+            path = site / file
+            if re.search(r"\.so(\.[0-9]+)*$", path.name) and path.is_file() and not path.is_symlink():
+                found.append(path)
+    return sorted(found)
+
+
+def strip_symbol_tables(libraries: Iterable[Path], tools_root: Path) -> int:
+    """Bytes saved by ``strip --strip-all`` on each library, run from ``tools_root`` with its libraries."""
+    strip = tools_root / "usr" / "bin" / "strip"
+    env = {"LD_LIBRARY_PATH": str(tools_root / "usr" / "lib" / "x86_64-linux-gnu"), "PATH": "/usr/bin:/bin"}
+    saved = 0
+    for library in libraries:
+        before = library.stat().st_size
+        subprocess.run([str(strip), "--strip-all", str(library)], env=env, check=True)
+        saved += before - library.stat().st_size
+    return saved
+
+
 def compress_awscli_models(site: Path) -> int:
     """Bytes saved by compressing the AWS CLI's copy of botocore's service models; 0 without one."""
     data = site.joinpath(*AWSCLI_BOTOCORE)
@@ -98,17 +125,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--requirements", type=Path, required=True, help="container/pins/python-added.txt")
     parser.add_argument("--site", type=Path, help="site-packages (default: this Python's purelib)")
+    parser.add_argument("--tools-root", type=Path, help="a root with binutils' strip, to strip symbol tables")
     args = parser.parse_args()
     import sysconfig
 
     site = args.site or Path(sysconfig.get_paths()["purelib"])
+    names = pinned_names(args.requirements.read_text())
     saved = 0
-    for folder, size in remove_test_suites(site, pinned_names(args.requirements.read_text())):
+    for folder, size in remove_test_suites(site, names):
         print(f"trim_added_packages: removed {folder} ({size / 1e6:.1f} MB)")
         saved += size
     models = compress_awscli_models(site)
     if models:
         print(f"trim_added_packages: compressed the AWS CLI's botocore models ({models / 1e6:.0f} MB saved)")
+    if args.tools_root:
+        libraries = shared_objects(site, names)
+        symbols = strip_symbol_tables(libraries, args.tools_root)
+        print(f"trim_added_packages: stripped {len(libraries)} shared objects ({symbols / 1e6:.0f} MB saved)")
+        saved += symbols
     print(f"trim_added_packages: saved {(saved + models) / 1e6:.0f} MB")
 
 
