@@ -157,7 +157,7 @@ import ctypes, json, os, pathlib, subprocess
 plugin = pathlib.Path("{NCCL_EFA_PLUGIN}")
 ldd = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True, check=True).stdout
 library = ctypes.CDLL(str(plugin), mode=os.RTLD_NOW)  # every symbol it needs, bound now
-net_apis = [f"ncclNet_v{{v}}" for v in range(2, 20) if hasattr(library, f"ncclNet_v{{v}}")]
+net_apis = [f"ncclNetPlugin_v{{v}}" for v in range(2, 20) if hasattr(library, f"ncclNetPlugin_v{{v}}")]
 import nvidia.cuda_runtime
 cudart = pathlib.Path(list(nvidia.cuda_runtime.__path__)[0]) / "lib" / "libcudart.so.12"
 print(json.dumps({{
@@ -181,7 +181,7 @@ def test_efa_nccl_plugin_loads_with_every_library_it_links(docker_client, gpu_im
     plugin = json.loads(result.output.strip().splitlines()[-1])
     assert plugin["unresolved"] == []
     assert {"libfabric.so.1", "libhwloc.so.15"} <= set(plugin["links"]), plugin["links"]
-    assert plugin["net_apis"], "the plugin exports no ncclNet_v* symbol"
+    assert plugin["net_apis"], "the plugin exports no ncclNetPlugin_v* symbol (what NCCL looks up)"
     assert plugin["cudart_link"] == plugin["cudart"]
     assert plugin["origin_in_runpath"] > 0
     assert plugin["licenses"] == ["LICENSE", "NOTICE"]
