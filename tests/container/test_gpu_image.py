@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import TEST_LABEL, run_in_image
+from conftest import REPO_ROOT, TEST_LABEL, run_in_image
 from sagetrain.config.devices import NCCL_EFA_PLUGIN
 from sagetrain.plan.efa import FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR
 from user_packages import AWS_CLI_SCRIPT, EXPECTED, USE_SCRIPT, report
@@ -185,6 +185,52 @@ def test_efa_nccl_plugin_loads_with_every_library_it_links(docker_client, gpu_im
     assert plugin["cudart_link"] == plugin["cudart"]
     assert plugin["origin_in_runpath"] > 0
     assert plugin["licenses"] == ["LICENSE", "NOTICE"]
+
+
+# NCCL's first call into a net plugin: init(logger) of its oldest API (ncclNetPlugin_v6: the plugin's name,
+# then init). The logger is variadic in C; its first five arguments are read here, the format included.
+PLUGIN_INIT_SCRIPT = f"""
+import ctypes, json, os
+library = ctypes.CDLL("{NCCL_EFA_PLUGIN}", mode=os.RTLD_NOW)
+Logger = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p)
+class NetV6(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("init", ctypes.CFUNCTYPE(ctypes.c_int, Logger))]
+said = []
+log = Logger(lambda level, flags, file, line, text: said.append(text.decode(errors="replace")))
+net = NetV6.in_dll(library, "ncclNetPlugin_v6")
+result = net.init(log)
+print(json.dumps({{"name": net.name.decode(), "result": result, "said": said}}))
+"""
+
+
+def test_efa_nccl_plugin_initialises_as_far_as_a_host_without_gpu_allows(docker_client, gpu_image):
+    """The plugin started as NCCL starts it, with the plan's FI_PROVIDER: it names itself Libfabric, finds
+    libfabric and opens the CUDA runtime (through the link beside it), and stops where it needs the CUDA
+    driver, which a host without a GPU does not have."""
+    result = run_in_image(
+        docker_client,
+        gpu_image,
+        ["python", "-c", PLUGIN_INIT_SCRIPT],
+        timeout_s=RUN_DEADLINE_S,
+        environment={FI_PROVIDER_VAR: "efa"},
+    )
+    assert result.exit_code == 0, result.output
+    started = json.loads(result.output.strip().splitlines()[-1])
+    assert started["name"] == "Libfabric"
+    version = next(
+        line.split()[1]
+        for line in (REPO_ROOT / "container" / "pins" / "sources.txt").read_text().splitlines()
+        if line.startswith("aws-ofi-nccl ")
+    )
+    assert started["said"][:2] == [
+        f"NET/OFI Initializing aws-ofi-nccl {version}",
+        "NET/OFI Using Libfabric version %u.%u",
+    ]
+    assert not [line for line in started["said"] if "Failed to find CUDA Runtime library" in line], started
+    assert "NET/OFI Failed to resolve CUDA function %s (last error: %d, result: %d)" in started["said"], (
+        started
+    )
+    assert started["result"] != 0  # no GPU: NCCL would go on without the plugin
 
 
 def test_libfabric_carries_its_efa_provider_and_rdma_cores_efa_driver(docker_client, gpu_image):
