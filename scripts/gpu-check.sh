@@ -199,7 +199,7 @@ PYTHON
 nccl_runner=$(cat <<'BASH'
 set -euo pipefail
 python -c "$EFA_DECISION" "$INSTANCE_TYPE" >/tmp/efa.env
-cat /tmp/efa.env
+sed 's/^/[efa] /' /tmp/efa.env
 forward=(-x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET)
 while IFS='=' read -r name value; do
   [ -n "$name" ] && [ "${name:0:1}" != "#" ] || continue
@@ -208,7 +208,7 @@ while IFS='=' read -r name value; do
 done </tmp/efa.env
 mpirun -np "$GPUS" --bind-to none --oversubscribe "${forward[@]}" python -c "$BUSBW_CHECK" 2>&1 |
   sed 's/^/[default] /'
-if grep -q '^NCCL_NET_PLUGIN=' /tmp/efa.env; then
+if grep -qE '^[A-Z_]+=' /tmp/efa.env; then  # the plan set something for EFA
   mpirun -np "$GPUS" --bind-to none --oversubscribe "${forward[@]}" -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 \
     python -c "$BUSBW_CHECK" 2>&1 | sed 's/^/[network] /'
 fi
@@ -227,13 +227,13 @@ else
     -e GPUS="$gpus" -e INSTANCE_TYPE="$instance_type" -e EFA_DECISION="$efa_decision" \
     -e BUSBW_CHECK="$busbw_check" "$image" bash -c "$nccl_runner" ||
     fail "the NCCL all-reduce on $gpus GPUs did not run"
-  sed -n 's/^# /gpu-check: EFA: /p' "$logs/nccl.log" | head -1
+  sed -n 's/^\[efa\] # /gpu-check: EFA: /p' "$logs/nccl.log" | head -1
   grep '^\[default\] ' "$logs/nccl.log" | sed 's/^\[default\] //' >"$logs/nccl-default.log"
   read -r network plugin provider busbw < <(nccl_summary "$logs/nccl-default.log")
   grep -q 'sum_ok=True' "$logs/nccl-default.log" || fail "the NCCL all-reduce's sum is wrong"
   echo "gpu-check: NCCL ${network/=/: }, ${plugin/=/ }, ${provider/=/ }; all-reduce of 256 MiB on $gpus GPUs: bus bandwidth ${busbw#busbw=} GB/s"
   summary="NCCL ${network#network=}, bus bandwidth ${busbw#busbw=} GB/s"
-  if grep -q '^NCCL_NET_PLUGIN=' "$logs/nccl.log"; then
+  if grep -q '^\[efa\] [A-Z]' "$logs/nccl.log"; then  # the plan set something for EFA
     [ "$network" = network=Libfabric ] ||
       fail "this host's container has EFA devices but NCCL used ${network#network=}, not aws-ofi-nccl (Libfabric)"
     grep '^\[network\] ' "$logs/nccl.log" | sed 's/^\[network\] //' >"$logs/nccl-network.log"
