@@ -33,7 +33,7 @@ USAGE
 }
 
 # What a step 4 log says (NCCL's INFO lines and the all-reduce's BUSBW line), on one line. The lines
-# read: NCCL's "Using network <name>" (src/init.cc, unchanged from NCCL 2.21 to 2.32), aws-ofi-nccl's
+# read: NCCL's "Using network <name>" (the network its communicators use), aws-ofi-nccl's
 # "NET/OFI Initializing aws-ofi-nccl <version>" and "NET/OFI Selected provider is <p>, … (found <n> nics)".
 nccl_summary() {
   local log=$1 network plugin provider busbw

@@ -55,8 +55,9 @@ def test_help_and_bad_arguments():
     assert refused.returncode == 2 and "--epochs must be a positive integer" in refused.stderr
 
 
-# Step 4's log as NCCL 2.32 and aws-ofi-nccl 1.21.1 write it with NCCL_DEBUG=INFO (their own formats:
-# NCCL's "Using network %s" in src/init.cc, the plugin's "NET/OFI " lines), then rank 0's BUSBW line.
+# Step 4's log with NCCL_DEBUG=INFO, in the formats NCCL's INFO lines ("host:pid:tid [device] NCCL INFO …",
+# "Using network %s") and aws-ofi-nccl 1.21.1's messages (its source's "NET/OFI " format strings) take,
+# then rank 0's BUSBW line.
 EFA_LOG = """\
 algo-1:812:812 [0] NCCL INFO NCCL version 2.32.3+cuda12.9
 algo-1:812:830 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v10)

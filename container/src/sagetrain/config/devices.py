@@ -24,8 +24,8 @@ class Devices:
 # aws-ofi-nccl, NCCL's network plugin for libfabric, where the GPU image installs it (Dockerfile, stage
 # aws-ofi-nccl); the CPU image has none.
 NCCL_EFA_PLUGIN = Path("/opt/aws-ofi-nccl/lib/libnccl-net-ofi.so")
-# An RDMA device is an EFA when the Linux efa driver drives it; that driver takes Amazon's PCI vendor id
-# with device ids 0xefa0, 0xefa1, … (drivers/infiniband/hw/efa/efa_main.c), the other way to know it.
+# An RDMA device is an EFA when the Linux efa driver drives it; that driver's PCI table (Amazon's vendor
+# id with device ids 0xefa0, 0xefa1, …) is the other way to know it.
 EFA_DRIVER = "efa"
 AMAZON_PCI_VENDOR = "0x1d0f"
 EFA_PCI_DEVICE = re.compile(r"0xefa[0-9a-f]")

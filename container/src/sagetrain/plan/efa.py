@@ -5,10 +5,10 @@ is set, and NCCL keeps its own transports (sockets between hosts).
 The GPU image's aws-ofi-nccl is built without its AWS platform code, which needs libfabric >= 1.22 where
 Debian's is 1.17 (container/build-steps/build-aws-ofi-nccl). On EC2 that code picks libfabric's EFA
 provider, forces NCCL's Simple protocol where EFA does not deliver bytes in order, and sets
-FI_EFA_FORK_SAFE (aws-ofi-nccl 1.21.1, src/platform-aws.cpp); the same settings are made here instead.
-FI_EFA_USE_DEVICE_RDMA=1 is what libfabric < 1.18 needs on instances whose EFA does RDMA read
-(aws-ofi-nccl's doc/efa-env-var.md), and libfabric aborts the process when it is set on an EFA that does
-not, so it is set only for the instance types the plugin's platform table marks as such.
+FI_EFA_FORK_SAFE (so aws-ofi-nccl 1.21.1's source does); the same settings are made here instead.
+FI_EFA_USE_DEVICE_RDMA=1 is what libfabric < 1.18 needs on instances whose EFA does RDMA read (the
+plugin's own EFA notes), and libfabric aborts the process when it is set on an EFA that does not, so it is
+set only for the instance types the plugin's platform table marks as such.
 """
 
 from __future__ import annotations
