@@ -7,14 +7,17 @@
 # frontend built into Docker 20.10+: no `# syntax=` line, so no registry is contacted for it.
 #
 # Build args:  DEVICE=gpu|cpu (default gpu)   BASE_IMAGE (default debian:bookworm-slim)
+#              AWS_OFI_NCCL_ARCHIVE (GPU only): file name, in container/third-party/, of the source archive of
+#              the aws-ofi-nccl tag pinned in container/pins/sources.txt; by default the tag is cloned
 # Secret:      extra_ca_certs — extra CA certificates (PEM) for builds behind TLS-inspecting proxies:
 #              --secret id=extra_ca_certs,src=FILE. Mounted only in the steps that download, combined
 #              with the system bundle on a tmpfs (container/build-steps/with-extra-ca): no layer keeps it.
 #
 # Layer order (cheapest to change last): OS packages → venv + TensorFlow & heavy deps (slimmed: no C++
-# headers) → wheels built in the builder (sagemaker-training, Horovod) → packages added later
-# (container/pins/python-added.txt: TensorBoard) → Horovod Python patches → Keras patches → sagetrain →
-# entrypoints.
+# headers) → wheels built in the builder (sagemaker-training, Horovod) → GPU only: EFA's NCCL plugin
+# (aws-ofi-nccl) and libfabric's tools → packages added later (container/pins/python-added.txt:
+# TensorBoard, pandas, scikit-learn, OpenCV, TensorFlow Datasets and Text, the AWS CLI…) → Horovod
+# Python patches → Keras patches → sagetrain → entrypoints.
 
 ARG BASE_IMAGE=debian:bookworm-slim
 ARG DEVICE=gpu
@@ -108,8 +111,26 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
         --constraints /run/build/python.txt --patches /run/build/horovod-build-patches \
         --out /wheels --cuda-home /opt/cuda-home
 
+# aws-ofi-nccl: NCCL's network plugin for libfabric, so NCCL's traffic between hosts uses EFA where the
+# host has it (container/build-steps/build-aws-ofi-nccl says how it is built; the plan names it to NCCL
+# only on EFA hosts). The source: the pinned tag, cloned, or its archive given as AWS_OFI_NCCL_ARCHIVE.
+FROM builder-gpu AS aws-ofi-nccl
+RUN --mount=type=bind,source=container/pins/debian.txt,target=/run/build/debian.txt \
+    --mount=type=bind,source=container/build-steps/apt-install,target=/run/build/apt-install \
+    /run/build/apt-install /run/build/debian.txt efa-builder
+ARG AWS_OFI_NCCL_ARCHIVE=""
+RUN --mount=type=secret,id=extra_ca_certs,required=false \
+    --mount=type=tmpfs,target=/run/extra-ca \
+    --mount=type=bind,source=container/pins/sources.txt,target=/run/build/sources.txt \
+    --mount=type=bind,source=container/third-party,target=/run/build/third-party \
+    --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
+    --mount=type=bind,source=container/build-steps/build-aws-ofi-nccl,target=/run/build/build-aws-ofi-nccl \
+    /run/build/with-extra-ca /run/build/build-aws-ofi-nccl --pins /run/build/sources.txt \
+        --cuda-home /opt/cuda-home --out /opt/aws-ofi-nccl \
+        ${AWS_OFI_NCCL_ARCHIVE:+--archive "/run/build/third-party/${AWS_OFI_NCCL_ARCHIVE}"}
+
 ############################################################################## runtime
-FROM os AS runtime
+FROM os AS runtime-base
 COPY --from=frameworks-slim /opt/venv /opt/venv
 # gevent (from sagemaker-training) ships its test suite with sample TLS private keys: no private key of
 # any kind belongs in the image, and nothing runs those tests.
@@ -123,15 +144,37 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
         /run/wheels/sagemaker_training-*.whl /run/wheels/horovod-*.whl \
  && rm -rf "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gevent/tests"
 
+FROM runtime-base AS runtime-cpu
+
+# binutils for the step that trims the packages added below: mounted there, never part of the image.
+FROM os AS binutils
+RUN --mount=type=bind,source=container/pins/debian.txt,target=/run/build/debian.txt \
+    --mount=type=bind,source=container/build-steps/apt-install,target=/run/build/apt-install \
+    /run/build/apt-install /run/build/debian.txt slim
+
+# EFA (GPU image): the NCCL plugin, and libfabric's tools (`fi_info -p efa` says whether this container
+# sees an EFA device). libfabric itself and rdma-core's drivers are in every image (Open MPI needs them).
+FROM runtime-base AS runtime-gpu
+RUN --mount=type=bind,source=container/pins/debian.txt,target=/run/build/debian.txt \
+    --mount=type=bind,source=container/build-steps/apt-install,target=/run/build/apt-install \
+    /run/build/apt-install /run/build/debian.txt gpu
+COPY --from=aws-ofi-nccl /opt/aws-ofi-nccl /opt/aws-ofi-nccl
+
+FROM runtime-${DEVICE} AS runtime
 # Packages added after the heavy layers (container/pins/python-added.txt): a pin added or moved there
-# rebuilds this layer and the ones below it, never TensorFlow or Horovod.
+# rebuilds this layer and the ones below it, never TensorFlow or Horovod. In the same step, what no
+# program of the image runs leaves them again (container/build-steps/trim_added_packages.py).
 RUN --mount=type=secret,id=extra_ca_certs,required=false \
     --mount=type=tmpfs,target=/run/extra-ca \
     --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=container/pins/python.txt,target=/run/build/python.txt \
     --mount=type=bind,source=container/pins/python-added.txt,target=/run/build/python-added.txt \
     --mount=type=bind,source=container/build-steps/with-extra-ca,target=/run/build/with-extra-ca \
-    /run/build/with-extra-ca pip install -c /run/build/python.txt -r /run/build/python-added.txt
+    --mount=type=bind,source=container/build-steps/trim_added_packages.py,target=/run/build/trim_added_packages.py \
+    --mount=type=bind,from=binutils,target=/run/binutils \
+    /run/build/with-extra-ca pip install -c /run/build/python.txt -r /run/build/python-added.txt \
+ && python /run/build/trim_added_packages.py --requirements /run/build/python-added.txt \
+        --tools-root /run/binutils
 
 # Python-only Horovod patches (Keras 3 support) on the installed package: editing them never
 # recompiles Horovod. Applied in name order; none is fine.

@@ -6,7 +6,7 @@ set -euo pipefail
 usage() {
   cat <<'USAGE'
 Usage: scripts/build.sh [cpu|gpu] [--ca-certs FILE] [--tag NAME:TAG] [--base-image IMAGE]
-                      [--cache-from IMAGE] [--inline-cache]
+                      [--cache-from IMAGE] [--inline-cache] [--third-party DIR]
   cpu|gpu           variant to build (default gpu, as the Dockerfile)
   --ca-certs FILE   extra CA certificates (PEM) trusted while downloading (TLS-inspecting proxies);
                     passed as a BuildKit secret, so it stays out of every image layer (default: none)
@@ -15,6 +15,11 @@ Usage: scripts/build.sh [cpu|gpu] [--ca-certs FILE] [--tag NAME:TAG] [--base-ima
                     scripts/bootstrap-base-image.sh when neither present nor pullable
   --cache-from REF  an image whose layers may be reused (e.g. the registry's last <tf>-<device>)
   --inline-cache    write cache metadata into the image, so a pushed image can be --cache-from later
+  --third-party DIR a folder with the source archives the GPU image compiles, for builds without
+                    internet (default: $SAGETRAIN_THIRD_PARTY_DIR; without either, the GPU build clones
+                    aws-ofi-nccl's pinned tag from GitHub). Its aws-ofi-nccl-<version>.tar.gz (version as
+                    in container/pins/sources.txt) is copied to container/third-party/ and given to the
+                    build; the build checks its sha256
 Needs BuildKit: `docker buildx` if installed, else a Docker client older than 23 with built-in
 BuildKit (DOCKER_BUILDKIT=1, e.g. Debian's /usr/bin/docker). The legacy builder is refused: it
 would build the GPU stages for a CPU image.
@@ -28,6 +33,7 @@ base_image=debian:bookworm-slim
 extra_tags=()
 cache_from=()
 inline_cache=false
+third_party=${SAGETRAIN_THIRD_PARTY_DIR:-}
 while [ $# -gt 0 ]; do
   case "$1" in
     cpu|gpu) variant=$1; shift ;;
@@ -36,6 +42,7 @@ while [ $# -gt 0 ]; do
     --base-image) base_image=$2; shift 2 ;;
     --cache-from) cache_from+=("$2"); shift 2 ;;
     --inline-cache) inline_cache=true; shift ;;
+    --third-party) third_party=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "build.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
   esac
@@ -85,6 +92,17 @@ for ref in "${cache_from[@]}"; do args+=(--cache-from "$ref"); done
 # The classic BuildKit client and buildx both honour this build argument for inline cache.
 if [ "$inline_cache" = true ]; then args+=(--build-arg BUILDKIT_INLINE_CACHE=1); fi
 if [ -n "$ca_certs" ]; then args+=(--secret "id=extra_ca_certs,src=$ca_certs"); fi
+# aws-ofi-nccl's source archive, for a GPU build without internet: copied into the build context (a
+# context holds only the Dockerfile, container/ and entrypoints/), then named to the Dockerfile.
+if [ "$variant" = gpu ] && [ -n "$third_party" ]; then
+  ofi_version=$(awk '$1 == "aws-ofi-nccl" { print $2 }' "$repo_root/container/pins/sources.txt")
+  archive=aws-ofi-nccl-$ofi_version.tar.gz
+  [ -f "$third_party/$archive" ] || {
+    echo "build.sh: --third-party $third_party has no $archive (container/pins/sources.txt pins aws-ofi-nccl $ofi_version)" >&2
+    exit 2; }
+  cp "$third_party/$archive" "$repo_root/container/third-party/$archive"
+  args+=(--build-arg "AWS_OFI_NCCL_ARCHIVE=$archive")
+fi
 
 echo "build.sh: ${build_cmd[*]} ${args[*]} $repo_root"
 started=$SECONDS

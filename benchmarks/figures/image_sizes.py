@@ -16,7 +16,7 @@ NUMBER = 7
 TITLE = "image sizes vs AWS TF 2.21 published sizes"
 GB = 1e9
 AWS_PUBLISHED = {"gpu": 16.5, "cpu": 5.5}
-TARGETS = {"gpu": 6.0, "cpu": 2.7}
+TARGETS = {"gpu": 6.5, "cpu": 2.2}
 CHUNK = 1 << 20
 SAVE_SECONDS = 30 * 60.0  # Docker writes the whole export to disk before it sends the first byte
 

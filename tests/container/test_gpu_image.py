@@ -1,7 +1,8 @@
 """The GPU image, when it has been built: `scripts/build.sh gpu`, which CI (.ci/run) does before the
 suite; scripts/test.sh alone skips these rather than download ~5 GB of CUDA wheels. No GPU is needed:
-these check what was compiled in and that every library resolves. Horovod's library is also taken out
-of the image and read with cuobjdump (PyPI's nvidia-cuda-cuobjdump, in tests/requirements.txt)."""
+these check what was compiled in and that every library resolves, EFA's NCCL plugin (aws-ofi-nccl) and
+libfabric's EFA provider included, and that what SageMaker users import works. Horovod's library is also
+taken out of the image and read with cuobjdump (PyPI's nvidia-cuda-cuobjdump, in tests/requirements.txt)."""
 
 import importlib.metadata
 import json
@@ -12,12 +13,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import TEST_LABEL, run_in_image
+from conftest import REPO_ROOT, TEST_LABEL, run_in_image
+from sagetrain.config.devices import NCCL_EFA_PLUGIN
+from sagetrain.plan.efa import FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR
+from user_packages import AWS_CLI_SCRIPT, EXPECTED, USE_SCRIPT, report
 
 GPU_IMAGE = os.environ.get("SAGETRAIN_TEST_GPU_IMAGE", "sagemaker-tf-horovod:gpu")
 RUN_DEADLINE_S = 600
 # decimal GB, as `docker image inspect --format '{{.Size}}'` counts bytes
-MAX_IMAGE_BYTES = 6_000_000_000
+MAX_IMAGE_BYTES = 6_500_000_000
 # V100, T4, A100, A10G (and L4, which runs sm_86 code), H100: the SageMaker GPU fleet.
 FLEET_SASS = {70, 75, 80, 86, 90}
 
@@ -109,7 +113,7 @@ def test_gpu_image_every_shared_library_resolves_its_dependencies(docker_client,
     assert unresolved == [], "\n".join(unresolved)
 
 
-def test_gpu_image_is_at_most_6_gb(docker_client, gpu_image):
+def test_gpu_image_is_at_most_6_5_gb(docker_client, gpu_image):
     size = int(docker_client.run(["image", "inspect", "--format", "{{.Size}}", gpu_image]))
     assert size <= MAX_IMAGE_BYTES, f"{gpu_image} is {size / 1e9:.2f} GB, over {MAX_IMAGE_BYTES / 1e9:.1f} GB"
 
@@ -120,7 +124,7 @@ def test_gpu_image_has_one_cuda_runtime_and_horovod_calls_it(docker_client, gpu_
     provides: libtensorflow_framework's entry points, which forward to the wheel's libcudart.so.12, or
     that library itself. It is the only CUDA runtime file in the image."""
     script = (
-        "find / -xdev -name 'libcudart*' | sort; "
+        "find / -xdev -type f -name 'libcudart*' | sort; "
         "LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT=/tmp/bindings "
         "python -c 'import tensorflow, horovod.tensorflow' >/dev/null 2>&1 || exit 3; "
         "grep -h 'binding file .*/mpi_lib[^ ]* .* to .*symbol "
@@ -138,6 +142,141 @@ def test_gpu_image_has_one_cuda_runtime_and_horovod_calls_it(docker_client, gpu_
         assert "/tensorflow/libtensorflow_framework.so.2" in bound_to.replace(
             "/python/platform/../..", ""
         ) or ("/nvidia/cuda_runtime/lib/libcudart.so.12" in bound_to), binding
+
+
+def test_gpu_image_user_packages_work_offline_and_the_aws_cli_runs(docker_client, gpu_image):
+    result = run_in_image(docker_client, gpu_image, ["python", "-c", USE_SCRIPT], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    assert {key: value for key, value in report(result.output).items() if key in EXPECTED} == EXPECTED
+    result = run_in_image(docker_client, gpu_image, ["bash", "-c", AWS_CLI_SCRIPT], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0 and result.output.startswith("aws-cli/"), result.output
+
+
+PLUGIN_SCRIPT = f"""
+import ctypes, json, os, pathlib, subprocess
+plugin = pathlib.Path("{NCCL_EFA_PLUGIN}")
+ldd = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True, check=True).stdout
+library = ctypes.CDLL(str(plugin), mode=os.RTLD_NOW)  # every symbol it needs, bound now
+net_apis = [f"ncclNetPlugin_v{{v}}" for v in range(2, 20) if hasattr(library, f"ncclNetPlugin_v{{v}}")]
+import nvidia.cuda_runtime
+cudart = pathlib.Path(list(nvidia.cuda_runtime.__path__)[0]) / "lib" / "libcudart.so.12"
+print(json.dumps({{
+    "unresolved": [line.strip() for line in ldd.splitlines() if "not found" in line],
+    "links": sorted(line.split()[0] for line in ldd.splitlines() if "=>" in line),
+    "net_apis": net_apis,
+    "cudart_link": str((plugin.parent / "libcudart.so").resolve()), "cudart": str(cudart.resolve()),
+    "origin_in_runpath": plugin.read_bytes().count(b"$ORIGIN"),
+    "licenses": sorted(p.name for p in plugin.parents[1].glob("share/doc/aws-ofi-nccl/*")),
+}}))
+"""
+
+
+def test_efa_nccl_plugin_loads_with_every_library_it_links(docker_client, gpu_image):
+    """aws-ofi-nccl where the plan names it to NCCL: every library it links resolves (ldd) and loads with
+    every symbol bound (RTLD_NOW), against libfabric and hwloc; it exports NCCL's net API; the CUDA
+    runtime it opens at run time ("libcudart.so", through its RUNPATH $ORIGIN) is TensorFlow's one; its
+    licence and notice ship with it."""
+    result = run_in_image(docker_client, gpu_image, ["python", "-c", PLUGIN_SCRIPT], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    plugin = json.loads(result.output.strip().splitlines()[-1])
+    assert plugin["unresolved"] == []
+    assert {"libfabric.so.1", "libhwloc.so.15"} <= set(plugin["links"]), plugin["links"]
+    assert plugin["net_apis"], "the plugin exports no ncclNetPlugin_v* symbol (what NCCL looks up)"
+    assert plugin["cudart_link"] == plugin["cudart"]
+    assert plugin["origin_in_runpath"] > 0
+    assert plugin["licenses"] == ["LICENSE", "NOTICE"]
+
+
+# NCCL's first call into a net plugin: init(logger) of its oldest API (ncclNetPlugin_v6: the plugin's name,
+# then init). The logger is variadic in C; its first five arguments are read here, the format included.
+PLUGIN_INIT_SCRIPT = f"""
+import ctypes, json, os
+library = ctypes.CDLL("{NCCL_EFA_PLUGIN}", mode=os.RTLD_NOW)
+Logger = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p)
+class NetV6(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("init", ctypes.CFUNCTYPE(ctypes.c_int, Logger))]
+said = []
+log = Logger(lambda level, flags, file, line, text: said.append(text.decode(errors="replace")))
+net = NetV6.in_dll(library, "ncclNetPlugin_v6")
+result = net.init(log)
+print(json.dumps({{"name": net.name.decode(), "result": result, "said": said}}))
+"""
+
+
+def test_efa_nccl_plugin_initialises_as_far_as_a_host_without_gpu_allows(docker_client, gpu_image):
+    """The plugin started as NCCL starts it, with the plan's FI_PROVIDER: it names itself Libfabric, finds
+    libfabric and opens the CUDA runtime (through the link beside it), and stops where it needs the CUDA
+    driver, which a host without a GPU does not have."""
+    result = run_in_image(
+        docker_client,
+        gpu_image,
+        ["python", "-c", PLUGIN_INIT_SCRIPT],
+        timeout_s=RUN_DEADLINE_S,
+        environment={FI_PROVIDER_VAR: "efa"},
+    )
+    assert result.exit_code == 0, result.output
+    started = json.loads(result.output.strip().splitlines()[-1])
+    assert started["name"] == "Libfabric"
+    version = next(
+        line.split()[1]
+        for line in (REPO_ROOT / "container" / "pins" / "sources.txt").read_text().splitlines()
+        if line.startswith("aws-ofi-nccl ")
+    )
+    assert started["said"][:2] == [
+        f"NET/OFI Initializing aws-ofi-nccl {version}",
+        "NET/OFI Using Libfabric version %u.%u",
+    ]
+    assert not [line for line in started["said"] if "Failed to find CUDA Runtime library" in line], started
+    assert "NET/OFI Failed to resolve CUDA function %s (last error: %d, result: %d)" in started["said"], (
+        started
+    )
+    assert started["result"] != 0  # no GPU: NCCL would go on without the plugin
+
+
+def test_libfabric_carries_its_efa_provider_and_rdma_cores_efa_driver(docker_client, gpu_image):
+    """Debian's libfabric 1.17 has the EFA provider compiled in (it links rdma-core's libefa, and its code
+    is in the library: libfabric lists a provider only on a host with its device, so `fi_info -l` cannot
+    show it here), and rdma-core's user-space EFA driver for libibverbs is installed; both resolve."""
+    script = (
+        "set -e; fabric=$(python -c 'import ctypes.util; print(ctypes.util.find_library(\"fabric\"))'); "
+        'path=$(ldconfig -p | sed -n "s|.*$fabric.* => ||p" | head -1); '
+        'ldd "$path" | grep -E "libefa.so.1 => /|libibverbs.so.1 => /"; '
+        'grep -c -a efa_device_construct "$path"; '
+        "ldd /usr/lib/x86_64-linux-gnu/libibverbs/libefa-rdmav34.so | grep -c 'not found' || true; "
+        "fi_info --version | head -1"
+    )
+    result = run_in_image(docker_client, gpu_image, ["bash", "-c", script], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert any(line.strip().startswith("libefa.so.1 => /") for line in lines), result.output
+    assert any(line.strip().startswith("libibverbs.so.1 => /") for line in lines), result.output
+    assert lines[-3] != "0" and lines[-2] == "0", result.output  # EFA code in libfabric; driver resolves
+    assert lines[-1].startswith("fi_info: 1.17.0"), result.output
+
+
+PLAN_SCRIPT = """
+import json, os, pathlib
+from sagetrain.__main__ import plan_command
+from sagetrain.config.devices import detect_devices
+from sagetrain.config.job_files import JobFiles
+root = pathlib.Path("/tmp/job")
+JobFiles(("algo-1", "algo-2"), {"sagemaker_program": "train.py"}).write(root, "algo-1")
+devices = detect_devices(os.environ)
+plan = plan_command(root, gpus=8)
+print(json.dumps({"plugin": devices.nccl_efa_plugin, "efa": list(devices.efa_devices),
+                  "env": plan["launch"]["env"], "reasons": plan["reasons"]}))
+"""
+
+
+def test_without_efa_the_gpu_images_plan_sets_nothing_for_it(docker_client, gpu_image):
+    """The GPU image's own detection, in a container without EFA: the plugin is found where the plan looks
+    for it, no EFA device, and the planned job (2 hosts x 8 GPUs) gets no EFA setting."""
+    result = run_in_image(docker_client, gpu_image, ["python", "-c", PLAN_SCRIPT], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output.strip().splitlines()[-1])
+    assert (plan["plugin"], plan["efa"]) == (str(NCCL_EFA_PLUGIN), [])
+    assert NCCL_NET_PLUGIN_VAR not in plan["env"] and FI_PROVIDER_VAR not in plan["env"]
+    assert not [reason for reason in plan["reasons"] if "EFA" in reason]
 
 
 @pytest.fixture(scope="module")

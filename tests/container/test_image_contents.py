@@ -1,6 +1,7 @@
-"""What the built image contains: pinned packages that import and agree (`pip check`), Horovod's
-controllers, the ENTRYPOINT/ENV contract of docs/contracts.md, no compilers, and no secrets or private
-keys in any layer."""
+"""What the built image contains: pinned packages that import and agree (`pip check`), what SageMaker users
+import beyond TensorFlow (working offline) and the AWS CLI, Horovod's controllers, the ENTRYPOINT/ENV
+contract of docs/contracts.md, no compilers, no NCCL plugin, a size within its budget, and no secrets or
+private keys in any layer."""
 
 import json
 import re
@@ -9,10 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import REPO_ROOT, run_in_image
+from sagetrain.config.devices import NCCL_EFA_PLUGIN
 from sagetrain.deadline import Deadline
+from user_packages import AWS_CLI_SCRIPT, EXPECTED, USE_SCRIPT, report
 
 PINS = [REPO_ROOT / "container" / "pins" / name for name in ("python.txt", "python-added.txt")]
 RUN_DEADLINE_S = 300
+# decimal GB, as `docker image inspect --format '{{.Size}}'` counts bytes
+MAX_IMAGE_BYTES = 2_200_000_000
 
 REPORT_SCRIPT = """
 import json, importlib.metadata as md
@@ -66,6 +71,54 @@ def test_horovod_has_mpi_and_gloo_controllers_and_no_nccl_on_cpu(image_report):
     assert image_report["gloo_built"] is True
     assert image_report["nccl_built"] is False
     assert image_report["cuda_built"] is False
+
+
+@pytest.fixture(scope="module")
+def use_report(docker_client, cpu_image) -> dict:
+    result = run_in_image(docker_client, cpu_image, ["python", "-c", USE_SCRIPT], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    return report(result.output)
+
+
+def test_what_sagemaker_users_import_works_offline(use_report):
+    """pandas, scikit-learn, OpenCV, TensorFlow Datasets, TensorFlow Text (its ops load on the image's
+    TensorFlow: it tokenizes) and PyYAML, each doing real work in a container with no network."""
+    assert {key: use_report[key] for key in EXPECTED} == EXPECTED
+
+
+def test_what_sagemaker_users_import_is_the_pinned_versions(use_report):
+    pins = pinned_versions()
+    assert use_report["versions"] == {name: pins[name.lower()] for name in use_report["versions"]}
+
+
+def test_the_aws_cli_runs(docker_client, cpu_image):
+    result = run_in_image(docker_client, cpu_image, ["bash", "-c", AWS_CLI_SCRIPT], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"aws-cli/{pinned_versions()['awscli']} "), result.output
+    assert json.loads(result.output.split("\n", 1)[1]).keys() >= {"MaxBuckets", "Prefix"}
+
+
+def test_added_packages_carry_no_test_suites_and_tensorflow_io_is_left_out(docker_client, cpu_image):
+    """container/build-steps/trim_added_packages.py ran; tensorflow-io 0.37.1, the last on PyPI, cannot
+    load its ops on TensorFlow 2.21, so the image does not carry it (README says so)."""
+    script = (
+        "import importlib.util, pathlib, pandas, sklearn, pyarrow; "
+        "folders = [pathlib.Path(module.__file__).parent for module in (pandas, sklearn, pyarrow)]; "
+        "print([str(test) for folder in folders for test in folder.rglob('tests')], "
+        "importlib.util.find_spec('tensorflow_io'))"
+    )
+    result = run_in_image(docker_client, cpu_image, ["python", "-c", script], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == "[] None"
+
+
+def test_cpu_image_has_no_nccl_plugin_and_fits_its_size_budget(docker_client, cpu_image):
+    result = run_in_image(
+        docker_client, cpu_image, ["bash", "-c", f"test ! -e {NCCL_EFA_PLUGIN}"], timeout_s=RUN_DEADLINE_S
+    )
+    assert result.exit_code == 0, result.output
+    size = int(docker_client.run(["image", "inspect", "--format", "{{.Size}}", cpu_image]))
+    assert size <= MAX_IMAGE_BYTES, f"{cpu_image} is {size / 1e9:.2f} GB, over {MAX_IMAGE_BYTES / 1e9:.1f} GB"
 
 
 def test_image_config_follows_the_contract(docker_client, cpu_image):

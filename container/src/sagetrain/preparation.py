@@ -75,6 +75,7 @@ def prepare_job(
     plan = make_plan(
         config.resources, config.settings, devices.gpus, devices.cpus,
         legacy_keras_env=legacy_keras.checked_request(environ),
+        efa_devices=devices.efa_devices, nccl_efa_plugin=devices.nccl_efa_plugin,
     )  # fmt: skip
     return PreparedJob(config, devices, plan, secret, redactor)
 

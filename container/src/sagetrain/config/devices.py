@@ -1,9 +1,11 @@
-"""GPUs and CPUs of this host. The counting rule is pure; running nvidia-smi is the edge."""
+"""GPUs, CPUs and EFA devices of this host, and the NCCL plugin for EFA in this image. The rules are pure;
+running nvidia-smi and reading /sys and /dev are the edge."""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +17,42 @@ class Devices:
     gpus: int
     cpus: int
     driver_version: str | None = None  # the NVIDIA driver's, e.g. "535.104.05"; None without one
+    efa_devices: tuple[str, ...] = ()  # EFA RDMA devices this container can open, e.g. ("rdmap16s27",)
+    nccl_efa_plugin: str | None = None  # NCCL_EFA_PLUGIN when this image has it (the GPU image), else None
+
+
+# aws-ofi-nccl, NCCL's network plugin for libfabric, where the GPU image installs it (Dockerfile, stage
+# aws-ofi-nccl); the CPU image has none.
+NCCL_EFA_PLUGIN = Path("/opt/aws-ofi-nccl/lib/libnccl-net-ofi.so")
+# An RDMA device is an EFA when the Linux efa driver drives it; that driver's PCI table (Amazon's vendor
+# id with device ids 0xefa0, 0xefa1, …) is the other way to know it.
+EFA_DRIVER = "efa"
+AMAZON_PCI_VENDOR = "0x1d0f"
+EFA_PCI_DEVICE = re.compile(r"0xefa[0-9a-f]")
+
+
+@dataclass(frozen=True)
+class RdmaDevice:
+    """An RDMA device as /sys shows it to this container."""
+
+    name: str  # e.g. "rdmap16s27" (/sys/class/infiniband/<name>)
+    driver: str | None  # the kernel driver bound to its PCI function, e.g. "efa"
+    vendor: str | None  # PCI vendor id, e.g. "0x1d0f"
+    device: str | None  # PCI device id, e.g. "0xefa1"
+    openable: bool  # its user-space verbs device (/dev/infiniband/uverbsN) is in this container
+
+
+def is_efa(device: RdmaDevice) -> bool:
+    """Whether an RDMA device is an EFA: the efa driver drives it, or it has that driver's PCI ids. Pure."""
+    if device.driver == EFA_DRIVER:
+        return True
+    return device.vendor == AMAZON_PCI_VENDOR and bool(EFA_PCI_DEVICE.fullmatch(device.device or ""))
+
+
+def usable_efa_devices(devices: tuple[RdmaDevice, ...]) -> tuple[str, ...]:
+    """The EFA devices among ``devices`` that this container can open (libfabric's EFA provider opens the
+    uverbs device; a host's device that the container was not given is of no use to it). Pure."""
+    return tuple(sorted(device.name for device in devices if device.openable and is_efa(device)))
 
 
 # NVIDIA's minimum driver for CUDA 12 code (CUDA compatibility table, minor-version compatibility).
@@ -106,6 +144,44 @@ def _nvidia_smi(*arguments: str) -> str | None:
         return None  # no driver or no GPU: a CPU host
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _driver(pci_function: Path) -> str | None:
+    """The kernel driver bound to a PCI function: the name its ``driver`` link points to."""
+    try:
+        return (pci_function / "driver").readlink().name
+    except OSError:
+        return None
+
+
+def rdma_devices(sys_root: Path = Path("/sys"), dev_root: Path = Path("/dev")) -> tuple[RdmaDevice, ...]:
+    """The RDMA devices /sys lists, each with whether its uverbs device (the one rdma-core's libibverbs
+    opens: /sys/class/infiniband_verbs/uverbsN names it in ``ibdev``) is in this container's /dev."""
+    openable = {
+        ibdev
+        for uverbs in sorted((sys_root / "class" / "infiniband_verbs").glob("uverbs*"))
+        if (ibdev := _read(uverbs / "ibdev")) and (dev_root / "infiniband" / uverbs.name).exists()
+    }
+    devices = []
+    for entry in sorted((sys_root / "class" / "infiniband").glob("*")):
+        pci = entry / "device"
+        devices.append(
+            RdmaDevice(
+                name=entry.name,
+                driver=_driver(pci),
+                vendor=_read(pci / "vendor"),
+                device=_read(pci / "device"),
+                openable=entry.name in openable,
+            )
+        )
+    return tuple(devices)
+
+
 def detect_devices(environ: Mapping[str, str]) -> Devices:
     listing = _nvidia_smi("-L")
     listed = count_listed_gpus(listing) if listing else 0
@@ -115,4 +191,10 @@ def detect_devices(environ: Mapping[str, str]) -> Devices:
     driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader") if listed else None
     driver_version = next((line.strip() for line in (driver or "").splitlines() if line.strip()), None)
     cpus = usable_cpus(len(os.sched_getaffinity(0)), _cpu_quota())
-    return Devices(gpus=gpus, cpus=cpus, driver_version=driver_version)
+    return Devices(
+        gpus=gpus,
+        cpus=cpus,
+        driver_version=driver_version,
+        efa_devices=usable_efa_devices(rdma_devices()),
+        nccl_efa_plugin=str(NCCL_EFA_PLUGIN) if NCCL_EFA_PLUGIN.is_file() else None,
+    )

@@ -165,6 +165,8 @@ def build_spec(
     argv = program_argv(program, user_args, sys.executable)
     run_dir = RunDir.from_env(environ)
     job_env = {
+        # On an EFA host, NCCL's and libfabric's settings (plan/efa.py), unless the environment sets them.
+        **dict(plan.efa_env),
         # The secret stays with the launcher: ranks prove themselves with their host's key (run_dir.py).
         **{name: value for name, value in environ.items() if name != SECRET_VAR},
         **toolkit_env_vars(config, toolkit_hps, gpus=gpus, cpus=cpus, dry_run=dry_run),

@@ -41,6 +41,9 @@ class Plan:
     # Every program runs with tf-keras as `keras` and `tf.keras` (sagetrain/legacy_keras.py).
     legacy_keras: bool = False
     stop: StopWindow = DEFAULT_STOP_WINDOW  # from SIGTERM to this host's exit
+    # NCCL's and libfabric's settings on a host with EFA (plan/efa.py); empty without EFA. The job's
+    # environment gets each one the user did not set.
+    efa_env: tuple[tuple[str, str], ...] = ()
 
     @property
     def multi_host(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from sagetrain.config.hyperparameters import (
@@ -15,6 +16,7 @@ from sagetrain.config.hyperparameters import (
 from sagetrain.config.resources import ResourceConfig
 from sagetrain.engines import ZERO_CONFIG_DISTRIBUTED, Engine, Layout
 from sagetrain.errors import UserError
+from sagetrain.plan.efa import efa_settings
 from sagetrain.plan.model import Plan, Role
 from sagetrain.plan.stop import stop_window
 
@@ -68,9 +70,28 @@ def make_plan(
     cpus_per_host: int = 0,
     *,
     legacy_keras_env: bool = False,
+    efa_devices: tuple[str, ...] = (),
+    nccl_efa_plugin: str | None = None,
 ) -> Plan:
     """The job's plan; ``cpus_per_host`` 0 means not known; ``legacy_keras_env``: the container's
-    environment asks for the legacy-Keras switch (the hyperparameter can too)."""
+    environment asks for the legacy-Keras switch (the hyperparameter can too); ``efa_devices``: the EFA
+    devices this host's container can open, ``nccl_efa_plugin``: the image's NCCL plugin for EFA, if any
+    (plan/efa.py decides what they need)."""
+    plan = _distribution_plan(resources, settings, gpus_per_host, cpus_per_host, legacy_keras_env)
+    efa = efa_settings(efa_devices, gpus_per_host, resources.current_instance_type, nccl_efa_plugin)
+    if efa.reason is None:
+        return plan
+    return dataclasses.replace(plan, efa_env=efa.env, reasons=(*plan.reasons, efa.reason))
+
+
+def _distribution_plan(
+    resources: ResourceConfig,
+    settings: JobSettings,
+    gpus_per_host: int,
+    cpus_per_host: int,
+    legacy_keras_env: bool,
+) -> Plan:
+    """Engine, hosts, roles and process counts."""
     if settings.smddp_enabled:
         raise UserError(SMDDP_MESSAGE)
     named = _named_engine(settings)
