@@ -31,6 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from sagetrain.config.channels import InputMode
 from sagetrain.config.paths import Paths
 from sagetrain.config.resources import LOCAL_INSTANCE_TYPE
 
@@ -83,6 +84,11 @@ exit status: the job's verdict (exit code of the first container to exit, as Sag
 """
 
 
+def _modes(*, has_folder: bool) -> str:
+    """The input modes whose data is (or is not) a folder, as the help offers them: ``File or FastFile``."""
+    return " or ".join(mode.value for mode in InputMode if mode.has_folder is has_folder)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="local-cluster",
@@ -116,9 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--input-mode",
         action="append",
         default=[],
-        metavar="NAME=File|FastFile|Pipe",
-        help="a channel's TrainingInputMode (default File). File and FastFile copy its data; Pipe writes "
-        "its configuration only, with no data folder and no FIFO fed, to try what the image does with it",
+        metavar=f"NAME={'|'.join(mode.value for mode in InputMode)}",
+        help=f"a channel's TrainingInputMode (default {InputMode.FILE.value}). A channel in mode "
+        f"{_modes(has_folder=True)} gets a copy of its data; in mode {_modes(has_folder=False)}, its "
+        "configuration only, with no data folder and nothing fed, to try what the image does with it",
     )
     job.add_argument(
         "--hp",

@@ -1,7 +1,8 @@
 """Every host's /opt/ml tree as SageMaker lays it out before a container starts: the configuration files,
 written by the image's own writers (sagetrain.config.job_files, beside the readers), then the code and
-each File or FastFile channel's data (for ShardedByS3Key, each file on exactly one host). A Pipe
-channel gets its configuration only: no folder, and no FIFO, for nothing here would feed one."""
+the data of each channel whose input mode has a folder, File and FastFile (for ShardedByS3Key, each file on
+exactly one host). A channel in another mode (Pipe) gets its configuration only: no folder, and no FIFO,
+for nothing here would feed one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from sagetrain.config.channels import InputMode, S3Distribution
+from sagetrain.config.channels import S3Distribution
 from sagetrain.config.job_files import JobFiles
 from sagetrain.config.local_paths import read_local_path
 from sagetrain.config.paths import DEFAULT_ROOT, Paths
@@ -60,7 +61,7 @@ def write_host_tree(root: Path, host: str, spec: TreeSpec) -> None:
     """One host's /opt/ml as SageMaker lays it out before the container starts."""
     job_files(spec).write(root, host)
     for channel in spec.channels:
-        if channel.channel.input_mode is InputMode.PIPE:
+        if not channel.channel.input_mode.has_folder:
             continue
         destination = root / "input" / "data" / channel.name
         if channel.channel.s3_distribution is S3Distribution.SHARDED_BY_S3_KEY:

@@ -255,6 +255,22 @@ def test_pipe_channel_needs_no_folder(tmp_path):
     assert load_job_config(tmp_path).channels[0].input_mode.value == "Pipe"
 
 
+def test_every_input_mode_has_its_traits_and_the_file_modes_have_folders_the_trainer_reads():
+    traits = {mode.value: (mode.has_folder, mode.shardable, mode.medium) for mode in InputMode}
+    assert traits == {
+        "File": (True, True, "a folder of files"),
+        "Pipe": (False, False, "a FIFO"),
+        "FastFile": (True, True, "a folder of files"),
+    }
+
+
+def test_the_tree_writer_makes_a_folder_for_each_channel_whose_mode_has_one(tmp_path):
+    channels = tuple(Channel(mode.name.lower(), input_mode=mode) for mode in InputMode)
+    paths = JobFiles(("algo-1",), channels=channels).write(tmp_path, "algo-1")
+    assert sorted(path.name for path in paths.data_dir.iterdir()) == ["fast_file", "file"]
+    assert [channel.input_mode for channel in load_job_config(tmp_path).channels] == list(InputMode)
+
+
 @pytest.mark.parametrize(
     ("listed", "nvidia", "cuda", "expected"),
     [

@@ -23,9 +23,43 @@ CHANNEL_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class InputMode(Enum):
-    FILE = "File"
-    PIPE = "Pipe"
-    FAST_FILE = "FastFile"
+    """A channel's TrainingInputMode, as SageMaker spells it, with the traits the code decides on: callers
+    ask a mode's traits instead of naming modes, so supporting a new mode is one member here and its line
+    in ``_MODE_TRAITS`` (and a reader in trainer/ if the managed trainer is to read it in a new way)."""
+
+    FILE = "File"  # copied to the channel's folder before the container starts
+    PIPE = "Pipe"  # one FIFO per epoch beside the channel's folder (<channel>_<epoch>), read once, in order
+    FAST_FILE = "FastFile"  # the channel's folder, its files fetched from S3 as they are read
+
+    @property
+    def has_folder(self) -> bool:
+        """Its data is a folder of files at ``Paths.channel_dir(name)`` when the container starts: checked
+        when the configuration is read, made by the tree writers, where a job's secret file can be."""
+        return _MODE_TRAITS[self].has_folder
+
+    @property
+    def shardable(self) -> bool:
+        """The managed trainer can deal its records out between ranks, so it reads it."""
+        return _MODE_TRAITS[self].shardable
+
+    @property
+    def medium(self) -> str:
+        """What its data is, for sentences: ``a FIFO`` (cannot be split between ranks)."""
+        return _MODE_TRAITS[self].medium
+
+
+@dataclass(frozen=True)
+class _ModeTraits:
+    has_folder: bool
+    shardable: bool
+    medium: str
+
+
+_MODE_TRAITS = {
+    InputMode.FILE: _ModeTraits(has_folder=True, shardable=True, medium="a folder of files"),
+    InputMode.PIPE: _ModeTraits(has_folder=False, shardable=False, medium="a FIFO"),
+    InputMode.FAST_FILE: _ModeTraits(has_folder=True, shardable=True, medium="a folder of files"),
+}
 
 
 class S3Distribution(Enum):
@@ -90,11 +124,11 @@ def parse_channels(raw: Mapping[str, Any], source: Path) -> tuple[Channel, ...]:
 
 
 def check_channel_folders(channels: tuple[Channel, ...], data_dir: Path, source: Path) -> None:
-    """File and FastFile channels must have their folder under ``data_dir``; Pipe channels are FIFOs
-    created as read."""
+    """Channels whose mode has a folder must have it under ``data_dir``; the others (Pipe: FIFOs created
+    as read) have none to check."""
     for channel in channels:
         folder = data_dir / channel.name
-        if channel.input_mode is not InputMode.PIPE and not folder.is_dir():
+        if channel.input_mode.has_folder and not folder.is_dir():
             raise UserError(
                 f"{source} declares channel {channel.name!r} but its folder {folder} does not exist; "
                 "mount the data there or remove the channel"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sagetrain.config.channels import Channel, InputMode, input_data_config
+from sagetrain.config.channels import Channel, input_data_config
 from sagetrain.config.hyperparameters import encode_hyperparameters
 from sagetrain.config.local_paths import local_path_config
 from sagetrain.config.paths import Paths
@@ -35,7 +35,7 @@ class JobFiles:
 
     def write(self, root: Path, host: str) -> Paths:
         """``host``'s tree under ``root``: the three config files (and the TensorBoard output and checkpoint
-        configs, when the job has them), a folder per File/FastFile channel,
+        configs, when the job has them), a folder per channel whose input mode has one,
         and the model, output/data and code folders; what is already there stays."""
         paths = Paths(root)
         config = {
@@ -52,7 +52,7 @@ class JobFiles:
         for path, content in config.items():
             write_json(path, content)
         for channel in self.channels:
-            if channel.input_mode is not InputMode.PIPE:
+            if channel.input_mode.has_folder:
                 paths.channel_dir(channel.name).mkdir(parents=True, exist_ok=True)
         for folder in (paths.model_dir, paths.output_data_dir, paths.code_dir):
             folder.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,9 @@ Layout, one concern per module: ``hyperparameters`` (``hp`` and the trainer's ow
 job as this rank sees it: the launcher's configuration model and the contracts), ``sharding`` (pure
 arithmetic), ``channels`` (files on disk), ``readers`` (tf.data), ``contract`` (the module),
 ``collectives`` (single / Horovod, as the engine registry says), ``preparation`` (before the first
-collective),
-``loop`` (steps and metrics), ``checkpoints``, ``signals``, ``export``, ``epochlog``, ``errorfile``,
-``tensorboard`` (epoch scalars), ``run`` (the sequence). Only ``readers``, ``collectives``, ``preparation``,
-``loop``, ``tensorboard`` and ``run`` import TensorFlow; importing this package does not.
+collective), ``agreement`` (every rank's outcome of preparing, as plain data), ``loop`` (steps and
+metrics), ``checkpoints``, ``signals``, ``export``, ``epochlog``, ``errorfile``, ``tensorboard`` (epoch
+scalars), ``run`` (the sequence: a ``TrainingRun`` resumes, trains, finishes). Only ``readers``,
+``collectives``, ``preparation``, ``loop``, ``tensorboard`` and ``run`` import TensorFlow; importing this
+package does not.
 """

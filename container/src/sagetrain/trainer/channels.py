@@ -147,13 +147,22 @@ def shard_group(spec: ChannelConfig, ranks: RankPlace) -> tuple[int, int]:
     return ranks.rank, ranks.size
 
 
-def reject_pipe_mode(spec: ChannelConfig, folder: Path) -> None:
-    fifo = folder.with_name(f"{spec.name}_0")  # SageMaker's FIFO of epoch 0
-    is_fifo = fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
-    if spec.input_mode is InputMode.PIPE or is_fifo:
+def fed_by_fifo(spec: ChannelConfig, folder: Path) -> bool:
+    """Whether SageMaker's Pipe FIFO of epoch 0 (``<channel>_0``) is beside the channel's folder, whatever
+    inputdataconfig.json says."""
+    fifo = folder.with_name(f"{spec.name}_0")
+    return fifo.exists() and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def reject_unshardable(spec: ChannelConfig, folder: Path) -> None:
+    """The managed trainer reads a channel only when its input mode lets it deal the records out between
+    ranks; the sentence offers the modes that do."""
+    mode = InputMode.PIPE if fed_by_fifo(spec, folder) else spec.input_mode
+    if not mode.shardable:
+        readable = " or ".join(repr(other.value) for other in InputMode if other.shardable)
         raise UserError(
-            f"channel {spec.name!r} uses Pipe input mode, which the managed Keras trainer does not read "
-            f"(a FIFO cannot be split between ranks); set input_mode='File' or 'FastFile' for it, or train "
+            f"channel {spec.name!r} uses {mode.value} input mode, which the managed Keras trainer does not "
+            f"read ({mode.medium} cannot be split between ranks); set input_mode={readable} for it, or train "
             f"with a script instead of a model module."
         )
 
@@ -163,7 +172,7 @@ def open_channel(
 ) -> Channel:
     """This rank's view of a channel whose data is in ``folder``. ``reader_needs_format``: no
     ``input_fn``, so a default reader must recognise the files."""
-    reject_pipe_mode(spec, folder)
+    reject_unshardable(spec, folder)
     if not folder.is_dir():
         raise UserError(f"channel {spec.name!r}: its folder {folder} does not exist.")
     listed = list_data_files(folder)

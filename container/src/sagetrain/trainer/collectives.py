@@ -110,11 +110,13 @@ class HorovodCollectives:
         self.ranks = ranks
         _pin_gpu(ranks.local_rank)
 
+    # Horovod's object collectives unpickle whatever arrives (cloudpickle); they carry our bytes, which
+    # only the plain-data loader opens, as on the other engines.
     def allgather_object(self, value: object) -> list[Any]:
-        return list(self._hvd.allgather_object(value))
+        return [_plain_loads(data) for data in self._hvd.allgather_object(_plain_dumps(value))]
 
     def broadcast_object(self, value: object) -> Any:
-        return self._hvd.broadcast_object(value, root_rank=0)
+        return _plain_loads(self._hvd.broadcast_object(_plain_dumps(value), root_rank=0))
 
     def broadcast_variables(self, variables: Sequence[Any]) -> None:
         for variable in variables:
@@ -205,7 +207,7 @@ class MultiWorkerCollectives:
         return summed
 
     def allgather_object(self, value: object) -> list[Any]:
-        payload = np.frombuffer(pickle.dumps(value), dtype=np.uint8)
+        payload = np.frombuffer(_plain_dumps(value), dtype=np.uint8)
         lengths = np.zeros(self.ranks.size, dtype=np.int64)
         lengths[self.ranks.rank] = payload.size
         (all_lengths,) = self._sum([tf.constant(lengths)])
@@ -214,7 +216,7 @@ class MultiWorkerCollectives:
         table[self.ranks.rank, : payload.size] = payload
         (all_rows,) = self._sum([tf.constant(table)])
         rows = all_rows.numpy().astype(np.uint8)
-        return [_trusted_loads(rows[rank, : sizes[rank]].tobytes()) for rank in range(self.ranks.size)]
+        return [_plain_loads(rows[rank, : sizes[rank]].tobytes()) for rank in range(self.ranks.size)]
 
     def broadcast_object(self, value: object) -> Any:
         return self.allgather_object(value if self.ranks.rank == 0 else None)[0]
@@ -252,26 +254,23 @@ class _EagerOverheadFilter(logging.Filter):
         return "eagerly has significant overhead" not in record.getMessage()
 
 
-# What the trainer's object collectives carry (run.py): plain data, and the checkpoint's metadata.
-_TRUSTED_CLASSES = {
-    ("sagetrain.trainer.checkpoints", "CheckpointMeta"),
-    ("sagetrain.trainer.checkpoints", "Progress"),
-}
-
-
-class _TrustedUnpickler(pickle.Unpickler):
-    """Builds plain data and the classes above only: a peer's bytes never name a callable to run."""
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds plain data only (None, numbers, strings, bytes, lists, tuples, dicts, sets: what the
+    trainer's object collectives carry, agreement.py and run.py): a peer's bytes never name a class or a
+    callable to run."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _TRUSTED_CLASSES:
-            raise PlatformError(
-                f"a peer sent an object of class {module}.{name}, which the trainer never sends"
-            )
-        return super().find_class(module, name)
+        raise PlatformError(
+            f"a peer sent an object of class {module}.{name}; the trainer sends plain data only"
+        )
 
 
-def _trusted_loads(data: bytes) -> Any:
-    return _TrustedUnpickler(io.BytesIO(data)).load()
+def _plain_dumps(value: object) -> bytes:
+    return pickle.dumps(value)
+
+
+def _plain_loads(data: bytes) -> Any:
+    return _PlainUnpickler(io.BytesIO(data)).load()
 
 
 def _pin_gpu(local_rank: int) -> None:
