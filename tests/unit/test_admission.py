@@ -2,7 +2,7 @@
 three guesses of a key per pause for an address that has never proved membership, and refusals counted
 for one summary line."""
 
-from sagetrain.launch.admission import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS, Admission, HandshakeEnd
+from sagetrain.launch.coordinator.trust import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS, Admission, HandshakeEnd
 
 
 class Clock:
