@@ -255,10 +255,12 @@ class Admission:
 
     def may_answer(self, peer: str) -> bool:
         """Whether the master may answer this handshake of ``peer`` (one begun): an address that has never
-        proved membership gets no more answers than it has guesses left."""
+        proved membership gets no more answers than it has guesses left, and none while it is paused (a
+        handshake begun just before the pause started would otherwise get a fourth)."""
         with self._lock:
             state = self._peers[peer]
-            if not state.proved and state.failures + state.answered >= FAILURES_BEFORE_PAUSE:
+            guessed_out = not state.proved and state.failures + state.answered >= FAILURES_BEFORE_PAUSE
+            if guessed_out or self.clock() < state.paused_until:
                 state.refused += 1
                 return False
             state.answered += 1
