@@ -209,7 +209,9 @@ RUN --mount=type=bind,source=container/keras,target=/run/build/keras \
 
 # sagetrain: copied out of the read-only bind mount because pip builds in the source tree. The .pth files
 # run at every interpreter start: with SAGETRAIN_LEGACY_KERAS=1, `keras` and `tf.keras` are tf-keras in
-# every process, whoever starts it; the SageMaker SDK v3's drivers are met (sagetrain/sdk/v3.py).
+# every process, whoever starts it; the SageMaker SDK v3's drivers are met (sagetrain/sdk/). Each decides
+# from the environment first and imports the rest only when it acts: a process they leave alone pays
+# for a few names.
 RUN --mount=type=secret,id=extra_ca_certs,required=false \
     --mount=type=tmpfs,target=/run/extra-ca \
     --mount=type=cache,target=/root/.cache/pip \
@@ -221,7 +223,7 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
  && pip check \
  && echo "import os, sys, sagetrain.legacy_keras; sagetrain.legacy_keras.install_if_requested(os.environ, sys.meta_path)" \
       >"$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sagetrain-legacy-keras.pth" \
- && echo "import sagetrain.sdk.v3, os, sys; sagetrain.sdk.v3.at_interpreter_start(sys.argv, os.environ, sys.orig_argv)" \
+ && echo "import os, sys, sagetrain.sdk; sagetrain.sdk.at_interpreter_start(sys.argv, os.environ, sys.orig_argv)" \
       >"$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sagetrain-sdk-v3.pth"
 
 # /usr/local/bin is ahead of /opt/venv/bin on PATH, so our `train` wins over sagemaker-training's

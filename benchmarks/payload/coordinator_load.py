@@ -2,10 +2,12 @@
 
     python coordinator_load.py HOSTS        # prints one line: BENCH coordinator {json}
 
-The master process runs the real ``CoordinatorServer`` of the image's sagetrain (SPAKE2 handshakes, the
-default admission limits) and counts its own CPU time, threads and RSS. A second process imports the same
+The master process runs the real coordinator of the image's sagetrain, through the package's public surface
+(``sagetrain.launch.coordinator``: its ``MasterCoordinator``, with SPAKE2 handshakes and the default
+admission limits), and counts its own CPU time, threads and RSS. A second process imports the same
 modules, forks one process per worker host (HOSTS - 1) and holds them at a gate; the master opens the
-gate and every worker, a real ``CoordinatorClient``, joins at once: the herd a job's start makes.
+gate and every worker, a real ``WorkerCoordinator``, joins at once: the herd a job's start makes. The
+master's host is named by its address (127.0.0.1), which the workers reach it at.
 
 Each worker connects from a loopback address of its own (127.2.x.y): on SageMaker every host has its own
 address, and the admission's cap per address (MAX_HANDSHAKES_PER_PEER) would otherwise turn most of a
@@ -31,13 +33,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sagetrain.config.job_secret import Membership
 from sagetrain.deadline import Deadline
-from sagetrain.launch.coordinator import CoordinatorClient, CoordinatorServer
-from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded
-from sagetrain.launch.handshake import MasterSide, PeerSide
-from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import Hello, Welcome
+from sagetrain.launch.coordinator import (
+    EventQueue,
+    Hello,
+    HostChanged,
+    HostState,
+    JobHosts,
+    MasterCoordinator,
+    MasterEnded,
+    WorkerCoordinator,
+)
 from sagetrain.report.verdict import SUCCESS
+from spake2 import SPAKE2_A, SPAKE2_B
 
 MASTER_ADDRESS = "127.0.0.1"
 JOIN_SECONDS = 300.0  # one worker's join, retries included
@@ -47,7 +56,12 @@ CRYPTO_REPEATS = 20  # the master's SPAKE2 alone, for the share of its CPU that 
 
 
 def host_names(hosts: int) -> list[str]:
-    return [f"algo-{index}" for index in range(1, hosts + 1)]
+    """The job's hosts, the master first: named by the address its workers reach it at."""
+    return [MASTER_ADDRESS, *(f"algo-{index}" for index in range(2, hosts + 1))]
+
+
+def job_hosts(names: list[str], current: str, port: int, key: bytes) -> JobHosts:
+    return JobHosts(tuple(names), MASTER_ADDRESS, current, port, Membership(key))
 
 
 def source_address(index: int) -> str:
@@ -112,8 +126,8 @@ def worker(index: int, names: list[str], key: bytes, port: int, gate: int) -> di
     os.read(gate, 1)  # held until the master opens the gate (EOF)
     began = time.time()
     events = EventQueue()
-    client = CoordinatorClient(events, MASTER_ADDRESS, port, host, key, job_hosts=names)
-    client.join(Hello(), Deadline(JOIN_SECONDS, f"{host} to join the master"))
+    client = WorkerCoordinator(job_hosts(names, host, port, key), events)
+    client.join(Hello(), lambda activity: Deadline(JOIN_SECONDS, f"{host} to join the master"))
     joined = time.time()
     client.listen()
     ended = events.get(Deadline(ALL_SECONDS, f"{host} to get the job's verdict"))
@@ -149,12 +163,11 @@ def workers_main(hosts: int, port: int) -> None:
     """The workers' process: fork them, say so, open the gate when told, pass their lines on."""
     key = bytes.fromhex(sys.stdin.readline().strip())
     names = host_names(hosts)
-    membership = Membership(key)
     gate = os.pipe()
     out_read, out_write = os.pipe()
     gc.freeze()  # the forked workers then share the imported modules' pages instead of copying them
     for index in range(1, hosts):
-        fork_worker(index, names, membership.host_key(names[index]), port, gate, out_write)
+        fork_worker(index, names, key, port, gate, out_write)
     os.close(out_write)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -205,11 +218,16 @@ class Sampler:
 
 
 def crypto_seconds(key: bytes) -> float:
-    """CPU seconds of the master's side of one SPAKE2 exchange alone (no sockets, no threads)."""
-    starts = [PeerSide(f"algo-{index}", key).start() for index in range(CRYPTO_REPEATS)]
+    """CPU seconds of the master's side of one SPAKE2 exchange alone (no sockets, no threads): the group
+    operations its handshake makes, with the spake2 package the coordinator uses (its key confirmation
+    is two HMACs more)."""
+    hosts = [f"algo-{index}".encode() for index in range(CRYPTO_REPEATS)]
+    starts = [SPAKE2_B(key, idA=b"master", idB=host).start() for host in hosts]
     began = time.process_time()
-    for start in starts:
-        MasterSide(start, key)
+    for host, start in zip(hosts, starts, strict=True):
+        master = SPAKE2_A(key, idA=b"master", idB=host)
+        master.start()
+        master.finish(start)
     return (time.process_time() - began) / CRYPTO_REPEATS
 
 
@@ -245,15 +263,11 @@ def start_workers(hosts: int, port: int, key: bytes) -> subprocess.Popen[str]:
     return workers
 
 
-def start_master(names: list[str], key: bytes) -> tuple[CoordinatorServer, EventQueue, int]:
-    membership = Membership(key)
-    keys = {name: membership.host_key(name) for name in names[1:]}
+def start_master(names: list[str], key: bytes) -> tuple[MasterCoordinator, EventQueue, int]:
     events = EventQueue()
-    server = CoordinatorServer(
-        events, names[1:], lambda _hello: Welcome(), host_keys=keys, bind_address=MASTER_ADDRESS,
-        job_hosts=names,
-    )  # fmt: skip
-    return server, events, server.start()
+    master = MasterCoordinator(job_hosts(names, MASTER_ADDRESS, 0, key), events)
+    master.open()
+    return master, events, master.port
 
 
 def open_gate(workers: subprocess.Popen[str]) -> float:
@@ -290,7 +304,7 @@ def traffic(lines: list[dict[str, Any]]) -> dict[str, Any]:
 def master_main(hosts: int) -> dict[str, Any]:
     names = host_names(hosts)
     key = secrets.token_bytes(32)
-    server, events, port = start_master(names, key)
+    master, events, port = start_master(names, key)
     crypto = crypto_seconds(Membership(key).host_key(names[1]))
     pin({min(os.sched_getaffinity(0))})
     workers = start_workers(hosts, port, key)
@@ -299,10 +313,8 @@ def master_main(hosts: int) -> dict[str, Any]:
         opened = open_gate(workers)
         joined = wait_joined(events, hosts - 1)[-1]
         at_joined, cpu_joined = process_status(), time.process_time()
-    server.broadcast(SUCCESS)
-    still = server.wait_until_disconnected(Deadline(ALL_SECONDS, "every worker to take the verdict"))
+    still = master.deliver(SUCCESS, None, seconds=ALL_SECONDS)
     disconnected, cpu_end = time.monotonic(), time.process_time()
-    server.close()
     return {
         "hosts": hosts,
         "all_joined_seconds": joined - opened,

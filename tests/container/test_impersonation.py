@@ -20,8 +20,8 @@ from cluster import CASES, DOCKER, files_by_host, start_cluster
 from localcluster.docker import network_name
 from sagetrain.config.job_secret import CHANNEL_KEY
 from sagetrain.deadline import Deadline
-from sagetrain.launch.admission import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS
-from sagetrain.launch.coordinator import HANDSHAKE_SECONDS
+from sagetrain.launch.coordinator.server import HANDSHAKE_SECONDS
+from sagetrain.launch.coordinator.trust import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 

@@ -2,7 +2,7 @@
 three guesses of a key per pause for an address that has never proved membership, and refusals counted
 for one summary line."""
 
-from sagetrain.launch.admission import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS, Admission, HandshakeEnd
+from sagetrain.launch.coordinator.trust import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS, Admission, HandshakeEnd
 
 
 class Clock:
@@ -74,3 +74,19 @@ def test_a_peer_that_proves_membership_starts_its_count_again_and_is_answered_at
     failed_once(admission, "10.0.0.9")
     # A member host's rank launchers report at once: its address is answered however many are under way.
     assert all(admission.begin("10.0.0.9") and admission.may_answer("10.0.0.9") for _ in range(10))
+
+
+def test_a_handshake_begun_before_a_pause_is_not_answered_during_it():
+    """The outsider's next connection is taken on while its third wrong guess is still being answered;
+    once that one failed and the pause began, the next gets no answer: three guesses per pause, not four."""
+    clock = Clock()
+    admission = Admission(clock=clock)
+    for _ in range(FAILURES_BEFORE_PAUSE - 1):
+        failed_once(admission, "10.0.0.9")
+    assert admission.begin("10.0.0.9") and admission.may_answer("10.0.0.9")  # the third guess
+    assert admission.begin("10.0.0.9")  # the next connection, before the third has ended
+    admission.end("10.0.0.9", HandshakeEnd.FAILED)  # the pause begins
+    assert not admission.may_answer("10.0.0.9")
+    admission.end("10.0.0.9", HandshakeEnd.UNANSWERED)
+    clock.now += PAUSE_SECONDS
+    assert failed_once(admission, "10.0.0.9") is False  # heard again after the pause

@@ -7,9 +7,9 @@ path are random, so they give nothing to guess against either."""
 import base64
 
 import pytest
-from sagetrain.launch.handshake import HandshakeFailed, MasterSide, PeerSide, SessionKeys
-from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import PakeProof, PakeReply, PakeStart
+from sagetrain.config.job_secret import Membership
+from sagetrain.launch.coordinator.trust import HandshakeFailed, MasterSide, PeerSide, SessionKeys
+from sagetrain.launch.coordinator.wire import PakeProof, PakeReply, PakeStart
 from spake2 import SPAKE2_B
 from spake2.parameters.ed25519 import ParamsEd25519 as DefaultParams
 from spake2.spake2 import SPAKEError, finalize_SPAKE2
@@ -21,7 +21,7 @@ TRUE_NAME = DICTIONARY[137]
 
 
 def host_key(job_name: str) -> bytes:
-    """The key a host proves itself with, for the job of that name (how membership.py derives it)."""
+    """The key a host proves itself with, for the job of that name (how config/job_secret.py derives it)."""
     import hashlib
     import hmac
 

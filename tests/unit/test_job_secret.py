@@ -11,11 +11,11 @@ from sagetrain.config.job_secret import (
     MAX_SECRET_BYTES,
     SECRET_VAR,
     JobSecret,
+    Membership,
     missing_secret_warning,
     read_job_secret,
 )
 from sagetrain.errors import UserError
-from sagetrain.launch.membership import Membership
 
 SECRET = b"9f2c\x00 random bytes \xff of the job\n"
 

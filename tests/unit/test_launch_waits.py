@@ -1,4 +1,4 @@
-"""The launcher's bounded waits (launch/coordination.py, launch/lifecycle.py, launch/mpi.py), with
+"""The launcher's bounded waits (launch/coordinator/events.py, launch/lifecycle.py, launch/mpi.py), with
 events put in by hand and a fake clock: the master's join wait, what explains a failed mpirun, mpirun's
 start, the stop path's deadline."""
 
@@ -8,10 +8,9 @@ from sagetrain.config.resources import ResourceConfig
 from sagetrain.deadline import Deadline
 from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError
-from sagetrain.launch.coordination import wait_for_hosts
-from sagetrain.launch.events import EventQueue, HostChanged, HostState, RankReport
+from sagetrain.launch.coordinator import EventQueue, Hello, HostChanged, HostState, RankReport
+from sagetrain.launch.coordinator.events import wait_for_hosts
 from sagetrain.launch.lifecycle import JobFailedEarly
-from sagetrain.launch.messages import Hello
 from sagetrain.launch.mpi import (
     AFTER_RANKS_STOP_SECONDS,
     MPIRUN_STOP_SECONDS,

@@ -4,7 +4,7 @@ may send (an unknown kind, a missing or mistyped field) decodes to nothing, neve
 import json
 
 import pytest
-from sagetrain.launch.messages import (
+from sagetrain.launch.coordinator.wire import (
     KIND_FIELD,
     Ack,
     Hello,
@@ -18,18 +18,18 @@ from sagetrain.launch.messages import (
     RankStarted,
     Ready,
     Reject,
-    SshTrust,
     Welcome,
     decode,
     encode,
 )
 from sagetrain.report.verdict import RankFailure, Verdict
+from sagetrain.sdk.ssh import SSH_MESSAGES, SshHello, SshKind, SshTrust
 
 EVERY_KIND = [
     PakeStart("algo-2", "QUJD"),
     PakeReply("REVG", "ab" * 32),
     PakeProof("cd" * 32),
-    Hello(("algo-1", "algo-2"), "ssh-ed25519 AAAA host", "ssh-ed25519 AAAA client"),
+    Hello(("algo-1", "algo-2"), "ssh-ed25519 AAAA host"),
     Welcome("ssh-ed25519 AAAA client"),
     Reject("host algo-3 joined twice"),
     Ready(),
@@ -37,20 +37,32 @@ EVERY_KIND = [
     JobVerdict(Verdict(0)),
     RankStarted(3),
     RankFailed(RankFailure(3, "algo-2", 137, "train.py", "", "", ("killed",))),
-    SshTrust("algo-1 ssh-ed25519 AAAA\n", "ssh-ed25519 AAAA client\n"),
     Ack(),
+]
+# The SageMaker SDK's key exchange: its own kinds, read only on its connections.
+EVERY_SSH_KIND = [
+    SshHello(("algo-1", "algo-2"), "ssh-ed25519 AAAA host", "ssh-ed25519 AAAA client"),
+    SshTrust("algo-1 ssh-ed25519 AAAA\n", "ssh-ed25519 AAAA client\n"),
 ]
 
 
 def test_every_kind_has_one_message_class_here():
     assert sorted(message.KIND.value for message in EVERY_KIND) == sorted(kind.value for kind in Kind)
+    assert sorted(message.KIND.value for message in EVERY_SSH_KIND) == sorted(kind.value for kind in SshKind)
 
 
-@pytest.mark.parametrize("message", EVERY_KIND, ids=lambda message: message.KIND.value)
+@pytest.mark.parametrize("message", EVERY_KIND + EVERY_SSH_KIND, ids=lambda message: message.KIND.value)
 def test_each_message_round_trips_through_json(message):
     fields = encode(message)
     assert fields[KIND_FIELD] == message.KIND.value
-    assert decode(json.loads(json.dumps(fields))) == message
+    assert decode(json.loads(json.dumps(fields)), SSH_MESSAGES) == message
+    if message in EVERY_KIND:
+        assert decode(json.loads(json.dumps(fields))) == message
+
+
+@pytest.mark.parametrize("message", EVERY_SSH_KIND, ids=lambda message: message.KIND.value)
+def test_the_key_exchange_kinds_are_nothing_on_the_coordinators_other_connections(message):
+    assert decode(encode(message)) is None
 
 
 @pytest.mark.parametrize(
@@ -76,6 +88,7 @@ def test_each_message_round_trips_through_json(message):
 )
 def test_what_is_not_one_of_the_messages_decodes_to_nothing(fields):
     assert decode(fields) is None
+    assert decode(fields, SSH_MESSAGES) is None
 
 
 def test_fields_a_message_does_not_have_are_ignored():

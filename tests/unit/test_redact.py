@@ -8,7 +8,7 @@ import stat
 
 import pytest
 from sagetrain.config.hyperparameters import HyperparameterReader, parse_settings
-from sagetrain.config.job_secret import read_job_redactor
+from sagetrain.config.job_secret import read_job_secrets
 from sagetrain.config.paths import Paths
 from sagetrain.contracts import RunDir
 from sagetrain.errors import UserError
@@ -296,11 +296,11 @@ def test_the_job_redactor_reads_what_it_can(tmp_path):
             }
         )
     )
-    redact = read_job_redactor(tmp_path, {"WANDB_API_KEY": "from-the-env"})
+    redact = read_job_secrets(tmp_path, {"WANDB_API_KEY": "from-the-env"}).redactor
     assert set(redact.secrets) >= {"from-the-file", "nested-one", "opt val", "from-the-env"}
     paths.hyperparameters.write_text("{not json")
-    assert read_job_redactor(tmp_path, {}).secrets == ()
-    assert read_job_redactor(tmp_path / "absent", {"A_TOKEN": "abcd"}).secrets == ("abcd",)
+    assert read_job_secrets(tmp_path, {}).redactor.secrets == ()
+    assert read_job_secrets(tmp_path / "absent", {"A_TOKEN": "abcd"}).redactor.secrets == ("abcd",)
 
 
 def test_a_bad_value_nested_under_a_secret_key_is_named_without_it(tmp_path):

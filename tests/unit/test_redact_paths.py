@@ -29,9 +29,11 @@ import pytest
 from sagetrain.__main__ import main as sagetrain_main
 from sagetrain.config.channels import Channel
 from sagetrain.config.job_files import JobFiles
-from sagetrain.config.job_secret import CHANNEL_KEY, read_job_redactor
+from sagetrain.config.job_secret import CHANNEL_KEY
 from sagetrain.config.paths import Paths
+from sagetrain.contracts import RunDir
 from sagetrain.launch.mpi import log_mpirun_command, mpi_launch
+from sagetrain.launch.rank import report_redactor
 from sagetrain.preparation import Preparation, launch_spec, prepare_job
 from sagetrain.redact import RedactingFilter
 from sagetrain.report.job_end import JobEnd
@@ -159,7 +161,7 @@ def every_line_written(job: Example, root: Path, capsys: pytest.CaptureFixture[s
 
     prepared = prepare_job(environ, Preparation.DESCRIBE, root=root)
     log_filter = RedactingFilter()
-    log_filter.redactor = prepared.redactor
+    log_filter.redactor = prepared.secrets.redactor
     values = [secret.value for secret in job.secrets]
 
     # The mpirun command line, as the master logs it before starting mpirun (whole at debug level).
@@ -184,9 +186,11 @@ def every_line_written(job: Example, root: Path, capsys: pytest.CaptureFixture[s
         raise_and_log,
     )
 
-    # A rank's report as its launcher sends it (masked with what that host reads itself), then the
-    # failure file the master writes from it.
+    # A rank's report as its launcher sends it (masked with what that host's entry read, from its run
+    # folder, and the rank's own variables), then the failure file the master writes from it.
     rank_environ = {**environ, "SAGEMAKER_BASE_DIR": str(root)}
+    run_dir = RunDir(root.parent / "run")
+    run_dir.write_masked(prepared.secrets.redactor)
     failure = RankFailure(
         rank=1,
         host="algo-2",
@@ -195,16 +199,16 @@ def every_line_written(job: Example, root: Path, capsys: pytest.CaptureFixture[s
         message=f"bad arguments {shlex.join(values)}",
         traceback=f"ValueError: {values!r}",
         last_lines=tuple(f"argv: {json.dumps(v)}" for v in values),
-    ).masked(read_job_redactor(root, rank_environ))
+    ).masked(report_redactor(run_dir, rank_environ))
     written["rank report"] = f"{failure.cause()}\n{failure.detail()}"
     end = JobEnd(Paths(root), RedactingFilter())
-    end.learn_secrets(prepared.redactor)
+    end.learn_secrets(prepared.secrets.redactor)
     end.report(failure.verdict())
     written["failure file"] = Paths(root).failure_file.read_text()
 
     # A cause of our own that quotes the values (an exception's repr, a command line).
     end = JobEnd(Paths(root), RedactingFilter())
-    end.learn_secrets(prepared.redactor)
+    end.learn_secrets(prepared.secrets.redactor)
     Paths(root).failure_file.unlink()
     end.report(Verdict(2, f"internal error in sagetrain: {ValueError(*values)!r}", quoted))
     written["failure sentence"] = Paths(root).failure_file.read_text()

@@ -4,7 +4,7 @@ import signal
 
 import pytest
 from sagetrain.config.paths import Paths
-from sagetrain.launch.messages import JobVerdict, RankFailed, decode, encode
+from sagetrain.launch.coordinator.wire import JobVerdict, RankFailed, decode, encode
 from sagetrain.report import RankFailure, Verdict, remove_previous_report, write_report
 from sagetrain.report.files import failure_text
 from sagetrain.report.keras_2_code import KERAS_2_ERRORS, shows_keras_2_code

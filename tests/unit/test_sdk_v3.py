@@ -18,11 +18,13 @@ from sagetrain import contracts
 from sagetrain.config.channels import Channel
 from sagetrain.config.job import load_job_config
 from sagetrain.config.job_files import JobFiles
-from sagetrain.config.job_secret import SECRET_VAR
+from sagetrain.config.job_secret import SECRET_VAR, Membership
+from sagetrain.config.sdk_names import DISTRIBUTED_CONFIG_VAR, HOST_COUNT_VAR, SOURCE_DIR_VAR
+from sagetrain.config.sdk_source_code import read_source_code
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
-from sagetrain.launch.membership import Membership
 from sagetrain.launch.sshd import SshFiles
+from sagetrain.sdk import may_be_sdk_process
 from sagetrain.sdk.ssh import (
     HostSshKeys,
     KeyExchange,
@@ -33,17 +35,13 @@ from sagetrain.sdk.ssh import (
     write_trust,
 )
 from sagetrain.sdk.v3 import (
-    DISTRIBUTED_CONFIG_VAR,
     HANDED_OVER_VAR,
-    HOST_COUNT_VAR,
-    SOURCE_DIR_VAR,
     SdkDriver,
     at_interpreter_start,
     command_refusal,
     command_warning,
     crowded_mpi_ranks,
     may_run_sdk_command,
-    read_source_code,
     recognise,
     withhold_our_settings,
 )
@@ -453,3 +451,55 @@ def test_a_command_job_our_launcher_could_not_read_still_runs_its_command(tmp_pa
     at_interpreter_start(["train.py"], environ, ["python", "train.py"])
     assert not (tmp_path / "output" / "failure").exists()
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "orig_argv", "environ"),
+    [
+        ([f"{DRIVERS}/basic_script_driver.py"], [], {}),
+        ([f"{DRIVERS}/../distributed_drivers/mpi_driver.py"], [], {}),
+        (["train.py"], ["python", "train.py"], mpi_rank(size=2, local_size=2, hosts=2)),
+        (["train.py"], ["python", "train.py"], SDK_SHELL),
+        (["-c"], ["python", "-c", "pass"], SDK_SHELL),
+    ],
+)
+def test_every_driver_path_shows_a_sign_the_interpreter_start_hook_looks_for(argv, orig_argv, environ):
+    """The hook imports the registry only where one of these signs is: every path it holds has one."""
+    assert any(driver.entry.recognises(argv, orig_argv, environ) for driver in SdkDriver)
+    assert may_be_sdk_process(argv, environ)
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [(["/opt/ml/code/train.py"], {}), (["-c"], {contracts.RANK_VAR: "0"}), ([], {"PATH": "/usr/bin"})],
+)
+def test_an_ordinary_interpreter_shows_no_sign_of_the_sdk(argv, environ):
+    assert not may_be_sdk_process(argv, environ)
+    assert not any(driver.entry.recognises(argv, argv, environ) for driver in SdkDriver)
+
+
+def test_the_image_hooks_import_nothing_more_in_an_ordinary_interpreter():
+    """What the image's two .pth lines do in every Python process: with the legacy-Keras switch off and no
+    sign of the SDK, they load the package's few name-only modules and nothing of the standard library
+    (typing, dataclasses, json, importlib.abc... each costs every process milliseconds)."""
+    source = Path(__file__).resolve().parents[2] / "container" / "src"
+    hooks = (  # site has loaded os and sys before it reads a .pth file
+        "import os, sys; before = set(sys.modules); import sagetrain.legacy_keras, sagetrain.sdk; "
+        "sagetrain.legacy_keras.install_if_requested(os.environ, sys.meta_path); "
+        "sagetrain.sdk.at_interpreter_start(sys.argv, os.environ, sys.orig_argv); "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-S", "-c", hooks],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(source)},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    loaded = set(completed.stdout.split())
+    ours = {
+        "sagetrain",
+        "sagetrain.legacy_keras",
+        "sagetrain.sdk",
+        "sagetrain.config",
+        "sagetrain.config.sdk_names",
+    }
+    assert loaded - {"__future__"} == ours

@@ -7,7 +7,7 @@ import pytest
 from sagetrain.config.paths import Paths
 from sagetrain.deadline import Deadline
 from sagetrain.errors import Terminated
-from sagetrain.launch.events import EventQueue, RankReport
+from sagetrain.launch.coordinator import EventQueue, RankReport
 from sagetrain.launch.lifecycle import stopped_verdict, stopping_verdict
 from sagetrain.plan.stop import stop_window
 from sagetrain.redact import RedactingFilter

@@ -7,15 +7,16 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sagetrain import contracts
-from sagetrain.config.job_secret import read_job_redactor
 from sagetrain.config.paths import root_from_environ
 from sagetrain.engines import load
 from sagetrain.errors import SagetrainError
 from sagetrain.preparation import Preparation, launch_spec, prepare_job
+from sagetrain.redact import Redactor
 
 if TYPE_CHECKING:
     from sagetrain.launch.spec import JobSpec
@@ -52,12 +53,20 @@ def describe_plan(spec: JobSpec, environ: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def plan_command(root: Path, gpus: int | None, cpus: int | None = None) -> dict[str, Any]:
-    """The plan as JSON. Writes nothing: not under the root, not to this process's environment."""
+def plan_command(
+    root: Path,
+    gpus: int | None,
+    cpus: int | None = None,
+    learn_secrets: Callable[[Redactor], None] = lambda redactor: None,
+) -> dict[str, Any]:
+    """The plan as JSON. Writes nothing: not under the root, not to this process's environment.
+    ``learn_secrets``: as ``prepare_job``'s, for what is said about a job that cannot be planned."""
     environ = dict(os.environ)
-    job = prepare_job(environ, Preparation.DESCRIBE, root=root, gpus=gpus, cpus=cpus)
+    job = prepare_job(
+        environ, Preparation.DESCRIBE, root=root, gpus=gpus, cpus=cpus, learn_secrets=learn_secrets
+    )
     spec = launch_spec(job, environ, Preparation.DESCRIBE, cpus=cpus)
-    description: dict[str, Any] = job.redactor.structure(describe_plan(spec, environ))
+    description: dict[str, Any] = job.secrets.redactor.structure(describe_plan(spec, environ))
     return description
 
 
@@ -77,11 +86,11 @@ def main(argv: list[str] | None = None) -> None:
 
         train_main()
     root = args.root or root_from_environ(os.environ)
+    known: list[Redactor] = [Redactor()]
     try:
-        description = plan_command(root, args.gpus, args.cpus)
+        description = plan_command(root, args.gpus, args.cpus, learn_secrets=known.append)
     except SagetrainError as error:
-        cause = read_job_redactor(root, os.environ)(error.cause)
-        print(f"sagetrain plan: {cause}", file=sys.stderr)
+        print(f"sagetrain plan: {known[-1](error.cause)}", file=sys.stderr)
         raise SystemExit(error.exit_code) from None
     json.dump(description, sys.stdout, indent=2)
     sys.stdout.write("\n")

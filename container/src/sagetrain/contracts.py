@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sagetrain.atomic_file import write_atomically
 from sagetrain.errors import PlatformError
+from sagetrain.redact import Redactor
 
 # The engine the job runs on: an Engine value (sagetrain/engines.py).
 ENGINE_VAR = "SAGETRAIN_ENGINE"
@@ -132,6 +133,12 @@ def parse_coordinator(value: str, own_host: str) -> tuple[str, int] | None:
     return ("127.0.0.1" if host == own_host else host), int(port)
 
 
+def canonical_json(value: object) -> bytes:
+    """The bytes a MAC or a key covers: JSON with sorted keys, no spaces, ASCII only, so that every host
+    makes the same bytes of the same value."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
 def write_error_file(path: Path, message: str, traceback: str = "") -> None:
     """What a failing program tells its rank launcher: one sentence, and the traceback, if any."""
     write_atomically(path, json.dumps({"message": message, "traceback": traceback}))
@@ -165,7 +172,8 @@ class RunDir:
 
     ``host.json``        HostFacts, written by the entry before the job starts
     ``host-env.json``    the variables that stay on this host (credentials, secrets), owner-only
-    ``host.key``         this host's proof of membership of the job (launch/membership.py), owner-only
+    ``host.key``         this host's proof of membership of the job (config/job_secret.py), owner-only
+    ``masked.json``      the values every line about the job masks, as this host read them, owner-only
     ``ranks/<pid>``      one per running rank launcher (pid), holding its program's pid
     ``errors/rank-N.json``  rank N's error file
     ``ssh/``             sshd's and mpirun's keys and files (launch/sshd.py)
@@ -233,6 +241,23 @@ class RunDir:
             return bytes.fromhex(self.host_key_file.read_text(encoding="ascii").strip())
         except (OSError, ValueError):
             return None
+
+    @property
+    def masked_file(self) -> Path:
+        return self.root / "masked.json"
+
+    def write_masked(self, redactor: Redactor) -> None:
+        """The job's secrets as this host read them, for what reports from here without reading them again
+        (the rank launchers)."""
+        write_atomically(self.masked_file, json.dumps(list(redactor.secrets)), private=True)
+
+    def read_masked(self) -> Redactor:
+        """What ``write_masked`` wrote; nothing to mask when nothing was."""
+        try:
+            values = json.loads(self.masked_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return Redactor()
+        return Redactor.of(values) if isinstance(values, list) else Redactor()
 
     @property
     def host_env_file(self) -> Path:

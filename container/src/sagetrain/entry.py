@@ -62,7 +62,7 @@ def run_job(environ: Mapping[str, str], end: JobEnd) -> Verdict:
 
     job = prepare_job(environ, Preparation.RUN, learn_secrets=end.learn_secrets)
     logging.getLogger().setLevel(job.config.settings.toolkit_log_level)
-    log_plan(job.plan, job.devices, job.secret)
+    log_plan(job.plan, job.devices, job.secrets.secret)
     spec = launch_spec(job, environ, Preparation.RUN)
     log_program(spec.program)
     verdict = execute(spec, end)

@@ -14,12 +14,18 @@ copies), so classes compare equal whichever name a script or library imported th
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
-from collections.abc import Mapping, MutableMapping, Sequence
-from types import ModuleType
-from typing import Any
+# Nothing else at the top: the image imports this module in every interpreter (typing, collections.abc or
+# importlib.abc would cost each a few milliseconds, importlib.abc some 20); the switch imports what it
+# needs once it is on.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, MutableMapping, Sequence
+    from importlib.abc import Loader as _Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
+else:
+    _Loader = object  # the import system asks a loader for no more than the methods defined here
 
 # Set by the entry for every program when the hyperparameter sagetrain_legacy_keras is true; users may
 # set it themselves (an estimator's environment, `docker run -e`).
@@ -68,26 +74,35 @@ def target_name(name: str) -> str | None:
     return None
 
 
-class KerasIsTfKeras(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Answers imports of ``keras`` and ``keras.*`` with the tf_keras modules themselves."""
+class KerasIsTfKeras(_Loader):
+    """Answers imports of ``keras`` and ``keras.*`` with the tf_keras modules themselves: a meta path
+    finder and its modules' loader. What it uses of importlib is imported when it is made, before it is
+    on the meta path (an import from inside would ask it again)."""
+
+    def __init__(self) -> None:
+        import importlib
+        import importlib.machinery
+
+        self._import = importlib.import_module
+        self._spec = importlib.machinery.ModuleSpec
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
         real = target_name(fullname)
         if real is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self, loader_state=real)
+        return self._spec(fullname, self, loader_state=real)
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        module = importlib.import_module(str(spec.loader_state))
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        module = self._import(str(spec.loader_state))
         # The import system sets __spec__ on what this returns; tf_keras' modules keep their own.
         spec.loader_state = module.__spec__
         return module
 
     def exec_module(self, module: ModuleType) -> None:
         alias_spec = module.__spec__
-        if alias_spec is not None and isinstance(alias_spec.loader_state, importlib.machinery.ModuleSpec):
+        if alias_spec is not None and isinstance(alias_spec.loader_state, self._spec):
             module.__spec__ = alias_spec.loader_state
 
 

@@ -3,7 +3,7 @@
 ``prepare_job``; the train command and the dry run then call ``launch_spec``, which differ only in what
 the preparation may do:
 
-    prepare_job:  config (/opt/ml) → this host's devices → plan
+    prepare_job:  config (/opt/ml) → the job's secrets → this host's devices → plan
     launch_spec:  program (RUN: code unpacked, requirements installed) → interface (RUN: resolved on
                   this host) → the launch spec
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from sagetrain import legacy_keras
 from sagetrain.config.devices import Devices, detect_devices
 from sagetrain.config.job import JobConfig, load_job_config
-from sagetrain.config.job_secret import JobSecret, job_redactor, read_job_redactor, read_job_secret
+from sagetrain.config.job_secret import JobSecrets, read_job_secrets
 from sagetrain.config.paths import root_from_environ
 from sagetrain.errors import SagetrainError
 from sagetrain.launch.spec import JobSpec, build_spec
@@ -40,8 +40,8 @@ class PreparedJob:
     config: JobConfig
     devices: Devices  # as planned: detected, or as the dry run was told
     plan: Plan
-    secret: JobSecret  # as this host was given it (a dry run without the channel's folder: without that file)
-    redactor: Redactor  # the job's secret values, for every line this host writes
+    # Read once, for every use on this host (a dry run without the secret channel's folder: without its file).
+    secrets: JobSecrets
 
 
 def prepare_job(
@@ -53,21 +53,17 @@ def prepare_job(
     cpus: int | None = None,
     learn_secrets: Callable[[Redactor], None] = lambda redactor: None,
 ) -> PreparedJob:
-    """This host's job: its configuration (channels checked when it runs), devices (``gpus``/``cpus``:
-    as if the host had that many) and plan. ``learn_secrets`` gets the job's secrets as soon as the
-    configuration is read, before anything else logs."""
+    """This host's job: its configuration (channels checked when it runs), secrets, devices
+    (``gpus``/``cpus``: as if the host had that many) and plan. ``learn_secrets`` gets the job's secrets
+    as soon as they are known, before anything else logs, also when the configuration does not load."""
     root = root or root_from_environ(environ)
+    running = preparation is Preparation.RUN
     try:
-        config = load_job_config(root, check_channels=preparation is Preparation.RUN, environ=environ)
+        config = load_job_config(root, check_channels=running, environ=environ)
     except SagetrainError:
-        learn_secrets(read_job_redactor(root, environ))  # for the message about what did not load
+        read_job_secrets(root, environ, learn=learn_secrets)  # for the message about what did not load
         raise
-    redactor = job_redactor(config.hyperparameters, environ)
-    learn_secrets(redactor)  # before the secret's file is read: what goes wrong there is said masked
-    secret = read_job_secret(config, environ, required=preparation is Preparation.RUN)
-    if secret.channel_file:
-        redactor = job_redactor(config.hyperparameters, environ, secret.channel_file)
-        learn_secrets(redactor)
+    secrets = read_job_secrets(root, environ, config, channel_required=running, learn=learn_secrets)
     detected = detect_devices(environ)
     devices = dataclasses.replace(
         detected, gpus=detected.gpus if gpus is None else gpus, cpus=detected.cpus if cpus is None else cpus
@@ -77,7 +73,7 @@ def prepare_job(
         legacy_keras_env=legacy_keras.checked_request(environ),
         efa_devices=devices.efa_devices, nccl_efa_plugin=devices.nccl_efa_plugin,
     )  # fmt: skip
-    return PreparedJob(config, devices, plan, secret, redactor)
+    return PreparedJob(config, devices, plan, secrets)
 
 
 def launch_spec(
@@ -94,7 +90,7 @@ def launch_spec(
     else:
         program, interface = described_program(job.config), job.plan.interface
     return build_spec(
-        job.config, job.plan, program, environ, interface, job.secret, gpus=job.devices.gpus, cpus=cpus,
+        job.config, job.plan, program, environ, interface, job.secrets, gpus=job.devices.gpus, cpus=cpus,
         dry_run=preparation is Preparation.DESCRIBE,
     )  # fmt: skip
 

@@ -210,6 +210,26 @@ def secret_option_texts(text: str) -> list[str]:
     return values
 
 
+def environment_secrets(environ: Mapping[str, str]) -> list[Any]:
+    """The secret values in variables: AWS credentials whole, else what ``nested_secrets`` finds."""
+    values: list[Any] = []
+    for name, value in environ.items():
+        values += [value] if name in AWS_CREDENTIAL_VARS else nested_secrets(name, value)
+    return values
+
+
+def masked_value(name: str, value: Any) -> Any:
+    """``value`` as a message about the entry ``name`` may quote it: every secret in it masked (a
+    structure's strings one by one, so no quoting carries one past the mask)."""
+    return Redactor.of(nested_secrets(name, value)).structure(value)
+
+
+def masked_options_text(text: str) -> str:
+    """mpirun options written as one text, with the values of secret-named ``-x NAME=VALUE`` masked as
+    written."""
+    return Redactor.of(secret_option_texts(text))(text)
+
+
 def _text(value: Any) -> str | None:
     """A secret value as text, or None when it is no secret worth masking."""
     if value is None or isinstance(value, bool):
@@ -286,9 +306,11 @@ class Redactor:
             values += nested_secrets(name, value)
         values += secret_option_values(mpi_options)
         values += secret_option_texts(mpi_options_text)
-        for name, value in environ.items():
-            values += [value] if name in AWS_CREDENTIAL_VARS else nested_secrets(name, value)
-        return cls.of(values)
+        return cls.of([*values, *environment_secrets(environ)])
+
+    def with_values(self, values: Iterable[Any]) -> Redactor:
+        """This redactor, masking ``values`` too."""
+        return Redactor.of((*self.secrets, *values))
 
     @functools.cached_property
     def _pattern(self) -> re.Pattern[str] | None:

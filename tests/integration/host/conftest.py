@@ -19,8 +19,7 @@ import pytest
 from sagetrain.config.channels import Channel
 from sagetrain.config.job import load_job_config
 from sagetrain.config.job_files import JobFiles
-from sagetrain.config.job_secret import read_job_secret
-from sagetrain.launch.membership import Membership
+from sagetrain.config.job_secret import Membership, read_job_secret
 
 REPO = Path(__file__).resolve().parents[3]
 SRC = REPO / "container" / "src"

@@ -11,21 +11,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
+from sagetrain.config.job_secret import Membership
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.launch import coordinator as coordinator_module
-from sagetrain.launch.admission import PAUSE_SECONDS, Admission, HandshakeEnd
-from sagetrain.launch.coordination import wait_for_hosts
 from sagetrain.launch.coordinator import (
-    CoordinatorClient,
-    CoordinatorServer,
+    EventQueue,
+    HostChanged,
+    HostState,
+    MasterEnded,
+    RankReport,
     send_rank_failure,
     send_rank_started,
 )
-from sagetrain.launch.events import EventQueue, HostChanged, HostState, MasterEnded, RankReport
-from sagetrain.launch.handshake import PeerSide
-from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import MAC_FIELD, Hello, Outcome, PakeProof, PakeStart, Welcome, encode
+from sagetrain.launch.coordinator import server as coordinator_module
+from sagetrain.launch.coordinator.client import CoordinatorClient
+from sagetrain.launch.coordinator.events import wait_for_hosts
+from sagetrain.launch.coordinator.server import CoordinatorServer
+from sagetrain.launch.coordinator.trust import PAUSE_SECONDS, Admission, HandshakeEnd, PeerSide
+from sagetrain.launch.coordinator.wire import MAC_FIELD, Hello, Outcome, PakeProof, PakeStart, Welcome, encode
 from sagetrain.report.verdict import RankFailure, Verdict
 
 pytestmark = pytest.mark.timeout(30)

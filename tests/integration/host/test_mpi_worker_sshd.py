@@ -11,9 +11,8 @@ import subprocess
 import pytest
 from conftest import make_tree
 from sagetrain.deadline import Deadline
-from sagetrain.launch.coordinator import CoordinatorServer
-from sagetrain.launch.events import EventQueue, HostChanged, HostState
-from sagetrain.launch.messages import Welcome
+from sagetrain.launch.coordinator import EventQueue, HostChanged, HostState, Welcome
+from sagetrain.launch.coordinator.server import CoordinatorServer
 from sagetrain.launch.sshd import generate_key, known_hosts_text
 from sagetrain.report.verdict import Verdict
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, make_tree
 from sagetrain.deadline import Deadline
-from sagetrain.launch.coordinator import CoordinatorClient
-from sagetrain.launch.events import EventQueue, MasterEnded
-from sagetrain.launch.messages import Hello, Outcome
+from sagetrain.launch.coordinator import EventQueue, Hello, MasterEnded, Outcome
+from sagetrain.launch.coordinator.client import CoordinatorClient
 from sagetrain.report.verdict import SUCCESS
 
 TRAIN = REPO / "entrypoints" / "train"

@@ -34,7 +34,7 @@ from sagetrain.config.limits import (
 from sagetrain.config.mpi_options import PLAN_OWNED, options
 from sagetrain.engines import REGISTRY, Engine
 from sagetrain.errors import UserError
-from sagetrain.redact import MASK, Redactor, looks_secret, nested_secrets, secret_option_texts
+from sagetrain.redact import MASK, looks_secret, masked_options_text, masked_value
 
 SAGEMAKER_PREFIX = "sagemaker_"
 SAGETRAIN_PREFIX = "sagetrain_"
@@ -156,7 +156,7 @@ class HyperparameterReader:
             return MASK
         value = self.decoded[key]
         try:
-            return quoted(Redactor.of(nested_secrets(key, value)).structure(value))
+            return quoted(masked_value(key, value))
         except RecursionError:
             return "a value nested too deeply to quote"
 
@@ -250,7 +250,7 @@ class HyperparameterReader:
         except ValueError as error:  # shlex: "No closing quotation", "No escaped character"
             raise UserError(
                 f"{self.source} field {key} cannot be split into mpirun arguments ({error}): "
-                f"{_masked_options(value)!r}; close the quote or escape it with a backslash"
+                f"{masked_options_text(value)!r}; close the quote or escape it with a backslash"
             ) from None
 
     def mpi_options(self, key: str) -> tuple[str, ...]:
@@ -259,8 +259,8 @@ class HyperparameterReader:
         owned = [flag for option, flag in options(tokens) if option in PLAN_OWNED]
         if owned:
             raise UserError(
-                f"{self.source} field {key} sets {owned[0]} ({_masked_options(self.decoded[key])!r}), but "
-                "the launcher decides how many ranks run on which hosts; remove it and set "
+                f"{self.source} field {key} sets {owned[0]} ({masked_options_text(self.decoded[key])!r}), "
+                "but the launcher decides how many ranks run on which hosts; remove it and set "
                 f"{PROCESSES_PER_HOST_KEY} (ranks per host) or {NUM_PROCESSES_KEY} (fewer ranks in all) "
                 "instead"
             )
@@ -300,11 +300,6 @@ def log_level(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= logging.CRITICAL:
         return value
     return None
-
-
-def _masked_options(text: str) -> str:
-    """mpirun options as text, with the values of secret-named ``-x NAME=VALUE`` masked as written."""
-    return Redactor.of(secret_option_texts(text))(text)
 
 
 def _number_kind(minimum: float, above: bool) -> str:

@@ -1,4 +1,6 @@
-"""The job's secret: what every host of the job has and nobody else, in the forms a user can give it.
+"""The job's secrets: what every host of the job has and nobody else, in the forms a user can give it, and
+what this host makes of them: the values every line it writes masks, and the keys its hosts prove
+membership of the job with. Read once (``read_job_secrets``) where the job is prepared and handed on.
 
 - A **channel file** (recommended): the hyperparameter ``sagetrain_job_secret_channel`` names a channel
   whose one file is the secret, for example an S3 object (KMS-encrypted if you like) the job's role can
@@ -7,14 +9,24 @@
   **hyperparameter** ``sagetrain_job_secret``: DescribeTrainingJob returns both in clear to anyone allowed to
   call it, so they keep out a peer on the job's network that cannot call the API, no one else.
 
-Several forms may be given; the key takes them all. Read here, once; launch/membership.py turns it into
-the job's key. Here too: every value the job's text must mask (``job_redactor``), the secret's among
-them, also for the processes that do not load the whole configuration (``read_job_redactor``).
+Several forms may be given; the key takes them all.
+
+Membership: the job key is an HMAC over the job's hyperparameters.json and inputdataconfig.json (the same
+on every host), the job's identity SageMaker sets in every container (TRAINING_JOB_ARN, TRAINING_JOB_NAME)
+and every form of the secret. A host's key is derived from it and the host's name, so a rank's report is
+bound to the host it came from. resourceconfig.json differs per host and its host list is checked
+separately (a worker listing other hosts is told so), so it is not part of the key. Without a secret, a
+peer that guesses every hyperparameter and channel of a job (and, outside SageMaker, its name) could
+derive the key: no one can test such guesses offline (the coordinator's handshake), but each connection
+tests one. A secret in a channel file makes the key unguessable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import hashlib
+import hmac
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +36,8 @@ from sagetrain.config.files import read_json_object
 from sagetrain.config.hyperparameters import CUSTOM_MPI_OPTIONS_KEY, LaunchSettings, decode_value
 from sagetrain.config.job import JobConfig
 from sagetrain.config.paths import Paths
+from sagetrain.config.toolkit_env import TRAINING_JOB_ARN_VAR, TRAINING_JOB_NAME_VAR
+from sagetrain.contracts import canonical_json
 from sagetrain.errors import SagetrainError, UserError
 from sagetrain.redact import Redactor
 
@@ -32,6 +46,12 @@ CHANNEL_KEY = LaunchSettings.key("job_secret_channel")
 HYPERPARAMETER_KEY = LaunchSettings.key("job_secret")
 # A secret is a few dozen bytes; a larger file is not one (and is not read whole into memory).
 MAX_SECRET_BYTES = 64 * 1024
+JOB_IDENTITY_VARS = (TRAINING_JOB_ARN_VAR, TRAINING_JOB_NAME_VAR)
+_KEY_DOMAIN = b"sagetrain job membership v1"
+# What every host must share for their keys to agree, as a failure to agree names it.
+MEMBERSHIP_INPUTS = (
+    f"hyperparameters.json, inputdataconfig.json and job secret (if any: {SECRET_VAR}, or its channel's file)"
+)
 
 
 @dataclass(frozen=True)
@@ -145,41 +165,121 @@ def missing_secret_warning(host_count: int, secret: JobSecret) -> str | None:
     )
 
 
-def job_redactor(
-    hyperparameters: Mapping[str, Any], environ: Mapping[str, str], channel_file: bytes = b""
-) -> Redactor:
-    """The job's secrets: in its decoded hyperparameters (nested keys too), in its custom mpirun options
-    (as mpirun gets them and as written in the hyperparameter), in its variables, and the secret's file."""
+@dataclass(frozen=True)
+class Membership:
+    """Proof of membership of the job: the key every host derives alone from what every host of the job
+    has and a peer on the network does not."""
+
+    job_key: bytes
+
+    def __repr__(self) -> str:
+        return "Membership(job_key=<hidden>)"
+
+    @classmethod
+    def of_job(cls, config: JobConfig, environ: Mapping[str, str], secret: JobSecret) -> Membership:
+        return cls.of(config.hyperparameters, config.raw_input_data_config, environ, secret)
+
+    @classmethod
+    def of(
+        cls,
+        hyperparameters: Mapping[str, Any],
+        input_data_config: Mapping[str, Any],
+        environ: Mapping[str, str],
+        secret: JobSecret,
+    ) -> Membership:
+        material = {
+            "hyperparameters": hyperparameters,  # with the hyperparameter form of the secret
+            "input_data_config": input_data_config,
+            "job": {name: environ[name] for name in JOB_IDENTITY_VARS if environ.get(name)},
+            "secret": secret.environment,
+            "channel_secret": secret.channel_file.hex(),
+        }
+        return cls(hmac.new(_KEY_DOMAIN, canonical_json(material), hashlib.sha256).digest())
+
+    def host_key(self, host: str) -> bytes:
+        """What ``host`` proves its messages with."""
+        return hmac.new(self.job_key, b"host\x00" + host.encode(), hashlib.sha256).digest()
+
+
+@dataclass(frozen=True)
+class JobSecrets:
+    """This host's share of the job's secrets, read once and handed on: to the launch and the SageMaker
+    SDK's key exchange (the membership), to every line this host writes (the redactor), and through the
+    run folder to the rank launchers (contracts.RunDir: this host's key and the values to mask)."""
+
+    secret: JobSecret  # as this host was given it
+    redactor: Redactor  # every value the job's text must mask, the secret's among them
+    membership: Membership
+
+
+def _ignore(redactor: Redactor) -> None:
+    pass
+
+
+def read_job_secrets(
+    root: Path,
+    environ: Mapping[str, str],
+    config: JobConfig | None = None,
+    *,
+    channel_required: bool = True,
+    learn: Callable[[Redactor], None] = _ignore,
+) -> JobSecrets:
+    """The job's secrets under ``root``. The switch is ``config``: given the loaded configuration, strict (a
+    named channel that cannot hold the secret is the user's error; with ``channel_required``, so is its
+    folder's absence); without it (the configuration did not load, and what says so must still be masked),
+    lenient: the files as far as they read, what cannot be read holding no secret. ``learn`` gets the
+    redactor as soon as it is known: once before the secret's file is read, so that what goes wrong there
+    is said masked, and once whole."""
+    if config is None:
+        hyperparameters, input_data_config = _configuration_leniently(root)
+    else:
+        hyperparameters, input_data_config = config.hyperparameters, config.raw_input_data_config
+    described = _redactor(hyperparameters, environ)
+    learn(described)
+    if config is None:
+        secret = _secret_leniently(root, hyperparameters, environ)
+    else:
+        secret = read_job_secret(config, environ, required=channel_required)
+    redactor = described.with_values(secret.texts())
+    learn(redactor)
+    return JobSecrets(secret, redactor, Membership.of(hyperparameters, input_data_config, environ, secret))
+
+
+def _redactor(hyperparameters: Mapping[str, Any], environ: Mapping[str, str]) -> Redactor:
+    """The job's secrets in its decoded hyperparameters (nested keys too), in its custom mpirun options (as
+    mpirun gets them and as written in the hyperparameter) and in its variables."""
     options = hyperparameters.get(CUSTOM_MPI_OPTIONS_KEY)
     text = options if isinstance(options, str) else ""
     arguments = [str(option) for option in options] if isinstance(options, list) else []
-    redactor = Redactor.for_job(hyperparameters, arguments, environ, mpi_options_text=text)
-    from_file = JobSecret(channel_file=channel_file).texts()
-    return Redactor.of((*redactor.secrets, *from_file)) if from_file else redactor
+    return Redactor.for_job(hyperparameters, arguments, environ, mpi_options_text=text)
 
 
-def _channel_secret_leniently(root: Path, hyperparameters: Mapping[str, Any]) -> bytes:
-    name = hyperparameters.get(CHANNEL_KEY)
-    if not isinstance(name, str) or not CHANNEL_NAME.fullmatch(name):
-        return b""
-    try:
-        return _read_at_most(_secret_file(Paths(root).channel_dir(name), name))
-    except (UserError, OSError):
-        return b""
+def _secret_leniently(
+    root: Path, hyperparameters: Mapping[str, Any], environ: Mapping[str, str]
+) -> JobSecret:
+    """The secret's forms as far as they read: the channel's file only if it is there to read."""
+    name, given = hyperparameters.get(CHANNEL_KEY), hyperparameters.get(HYPERPARAMETER_KEY)
+    channel_file = b""
+    if isinstance(name, str) and CHANNEL_NAME.fullmatch(name):
+        with contextlib.suppress(UserError, OSError):
+            channel_file = _read_at_most(_secret_file(Paths(root).channel_dir(name), name))
+    return JobSecret(channel_file, environ.get(SECRET_VAR, ""), given if isinstance(given, str) else "")
 
 
-def read_job_redactor(root: Path, environ: Mapping[str, str]) -> Redactor:
-    """``job_redactor`` of the hyperparameters.json and the secret's file under ``root``, read leniently
-    (what cannot be read holds no secret): for the message about a configuration that did not load, and
-    for the processes that do not load it (the rank launcher, the SageMaker SDK's hooks)."""
-    try:
-        raw = read_json_object(Paths(root).hyperparameters, required=False)
-    except SagetrainError:
-        raw = {}
+def _configuration_leniently(root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(decoded hyperparameters, inputdataconfig.json) under ``root`` as far as they read: a file that
+    cannot be read is empty, a value that cannot be decoded is kept as written."""
+    paths = Paths(root)
+    files = []
+    for path in (paths.hyperparameters, paths.input_data_config):
+        try:
+            files.append(read_json_object(path, required=False))
+        except SagetrainError:
+            files.append({})
     decoded: dict[str, Any] = {}
-    for key, value in raw.items():
+    for key, value in files[0].items():
         try:
             decoded[key] = decode_value(value)
         except RecursionError:
             decoded[key] = value
-    return job_redactor(decoded, environ, _channel_secret_leniently(root, decoded))
+    return decoded, files[1]

@@ -2,8 +2,8 @@
 for the source folder, ``sm_drivers`` for its drivers and ``sourcecode.json``), and the program that file
 names, which stands for ``sagemaker_program`` when the hyperparameters name none.
 
-Names as in sagemaker-train's ``sagemaker/train/constants.py``. The drivers themselves are met by
-``sagetrain/sdk/``; this module only reads the files, as the rest of ``config/`` does.
+The SDK's names are in ``config/sdk_names.py``. The drivers themselves are met by ``sagetrain/sdk/``; this
+module only reads the files, as the rest of ``config/`` does.
 """
 
 from __future__ import annotations
@@ -14,15 +14,10 @@ from typing import TYPE_CHECKING
 
 from sagetrain.config.files import read_json_object
 from sagetrain.config.paths import Paths
+from sagetrain.config.sdk_names import CODE_CHANNEL, DRIVERS_CHANNEL, SOURCE_CODE_FILE
 
-if TYPE_CHECKING:  # the SDK hook imports this module at every interpreter start: only what it needs
+if TYPE_CHECKING:
     from sagetrain.config.hyperparameters import JobSettings
-
-DRIVERS_CHANNEL = "sm_drivers"
-CODE_CHANNEL = "code"
-SOURCE_CODE_FILE = "sourcecode.json"
-# The folder of the driver scripts in the drivers channel.
-DRIVERS_FOLDER = "distributed_drivers"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from sagetrain.deadline import Deadline
 from sagetrain.errors import SagetrainError, Terminated
-from sagetrain.launch.events import EventQueue, failure_of
+from sagetrain.launch.coordinator import EventQueue, JobFailedEarly, failure_of
 from sagetrain.plan.stop import StopWindow
 from sagetrain.report.saved_files import CheckpointFolder
 from sagetrain.report.verdict import RankFailure, Verdict
@@ -62,15 +62,6 @@ class EngineRun(Protocol):
 
     def deliver(self, verdict: Verdict, stop: Deadline | None) -> None:
         """Tell the other hosts the final verdict (the master), within ``stop`` when stopping."""
-
-
-class JobFailedEarly(SagetrainError):
-    """A host's program failed while the master was still waiting for other hosts to join."""
-
-    def __init__(self, verdict: Verdict) -> None:
-        super().__init__(verdict.cause)
-        self.verdict = verdict
-        self.exit_code = verdict.exit_code
 
 
 def verdict_of_error(error: SagetrainError) -> Verdict:

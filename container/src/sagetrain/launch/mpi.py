@@ -21,22 +21,22 @@ from sagetrain import contracts
 from sagetrain.config.hyperparameters import LOG_LEVEL_KEY
 from sagetrain.deadline import Deadline
 from sagetrain.errors import ExitCode, PlatformError, Terminated
-from sagetrain.launch.coordination import (
-    MasterCoordination,
-    WorkerCoordination,
-    coordinator_address,
-)
-from sagetrain.launch.events import (
+from sagetrain.launch.coordinator import (
     EventQueue,
+    Hello,
     HostChanged,
     HostState,
+    MasterCoordinator,
     MasterEnded,
     ProcessExited,
     RankReport,
+    Ready,
+    Welcome,
+    WorkerCoordinator,
+    coordinator_address,
     failure_of,
 )
 from sagetrain.launch.lifecycle import EngineRun, stopped_verdict
-from sagetrain.launch.messages import Hello, Ready, Welcome
 from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
 from sagetrain.launch.programs import signal_registered_ranks, verdict_for_exit
 from sagetrain.launch.spec import JobSpec, env_added
@@ -141,22 +141,22 @@ class MpiMaster:
         welcome = Welcome()
         if spec.plan.multi_host:
             welcome = Welcome(ssh_client_key=generate_key(self._files.client_key, "sagetrain-master"))
-        self._coordination = MasterCoordination(spec, self._events, lambda hello: welcome)
-        self._coordinator = ""
+        self._coordinator = MasterCoordinator(spec.job_hosts, self._events, lambda hello: welcome)
+        self._address = ""
         self._mpirun: ManagedProcess | None = None
         # Every rank's report is kept: when one rank fails, mpirun stops the others and Horovod makes them
         # fail too, and their reports can arrive first.
         self._failures: list[RankFailure] = []
 
     def prepare(self) -> None:
-        self._coordinator = self._coordination.open()
-        hellos = self._coordination.wait_for_workers(until_ready=True)
+        self._address = self._coordinator.open()
+        hellos = self._coordinator.wait_for_workers(self._spec.worker_wait, until_ready=True)
         if hellos:
             host_keys = {host: hello.ssh_host_key for host, hello in hellos.items()}
             self._files.known_hosts.write_text(known_hosts_text(host_keys, self._spec.plan.launch.ssh_port))
 
     def start(self) -> None:
-        command, env = mpi_launch(self._spec, self._coordinator)
+        command, env = mpi_launch(self._spec, self._address)
         log_mpirun_command(self._spec, command)
         try:
             self._mpirun = ManagedProcess.start(command, name="mpirun", env=env, cwd=self._spec.code_dir)
@@ -226,7 +226,7 @@ class MpiMaster:
             self._end_mpirun(self._mpirun)
 
     def deliver(self, verdict: Verdict, stop: Deadline | None) -> None:
-        self._coordination.deliver(verdict, stop)
+        self._coordinator.deliver(verdict, stop)
 
 
 class MpiWorker:
@@ -234,7 +234,7 @@ class MpiWorker:
         self._spec = spec
         self._events = EventQueue()
         self._files = SshFiles.in_folder(spec.run_dir.ssh)
-        self._coordination = WorkerCoordination(spec, self._events)
+        self._coordinator = WorkerCoordinator(spec.job_hosts, self._events)
         self._sshd: ManagedProcess | None = None
         self._joined = False
         # After the ranks got SIGTERM for a stop, what is left of them at the end has outlived the stop.
@@ -248,10 +248,10 @@ class MpiWorker:
             Deadline(SSHD_START_SECONDS, f"sshd on this host to listen on port {port}")
         )
         self._sshd.on_exit(lambda p, code: self._events.put(ProcessExited(p.name, code)))
-        welcome = self._coordination.join(Hello(ssh_host_key=host_public_key))
+        welcome = self._coordinator.join(Hello(ssh_host_key=host_public_key), self._spec.worker_wait)
         write_authorized_key(self._files, welcome.ssh_client_key)
-        self._coordination.send(Ready())
-        self._coordination.listen()
+        self._coordinator.send(Ready())
+        self._coordinator.listen()
         self._joined = True
         log.info("joined master host %s; ranks will be started by its mpirun", self._spec.plan.master)
 
@@ -265,7 +265,7 @@ class MpiWorker:
             cause = f"sshd on host {host} exited with code {exited.exit_code} during the job"
             return Verdict(ExitCode.PLATFORM_ERROR, cause)
 
-        return self._coordination.wait_for_verdict(sshd_exited)
+        return self._coordinator.wait_for_verdict(sshd_exited)
 
     def stop(self, stopped: Terminated, stop: Deadline) -> Verdict:
         """Signal this host's ranks and take the master's verdict (with what rank 0 said about its
@@ -281,7 +281,7 @@ class MpiWorker:
 
     def clean_up(self) -> None:
         signal_registered_ranks(self._spec.run_dir, self._leftover_ranks_signal)
-        self._coordination.close()
+        self._coordinator.close()
         if self._sshd is not None:
             self._sshd.terminate_tree()
 

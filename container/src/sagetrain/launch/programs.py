@@ -9,7 +9,7 @@ import signal
 from collections.abc import Mapping
 
 from sagetrain.contracts import RunDir
-from sagetrain.launch.events import EventQueue, ProcessExited
+from sagetrain.launch.coordinator import EventQueue, ProcessExited
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.launch.spec import JobSpec
 from sagetrain.report.verdict import SUCCESS, RankFailure, Verdict

@@ -24,7 +24,6 @@ from typing import Any
 
 from sagetrain import contracts
 from sagetrain.config.files import read_json_object
-from sagetrain.config.job_secret import read_job_redactor
 from sagetrain.config.paths import Paths, root_from_environ
 from sagetrain.config.toolkit_env import own_host_variables
 from sagetrain.contracts import RankPlace, RunDir
@@ -32,6 +31,7 @@ from sagetrain.errors import PlatformError, SagetrainError
 from sagetrain.launch.coordinator import send_rank_failure, send_rank_started
 from sagetrain.launch.process import ManagedProcess, exit_now
 from sagetrain.launch.rank_output import ProgramAccount, RankOutput, rank_tag
+from sagetrain.redact import Redactor, environment_secrets
 from sagetrain.report.verdict import RankFailure
 
 
@@ -136,11 +136,17 @@ def run_rank(argv: list[str], environ: Mapping[str, str]) -> int:
         registration.unlink(missing_ok=True)
     if code != 0 and setup.coordinator is not None and setup.key is not None:
         failure = rank_failure(setup, code, environ.get(contracts.PROGRAM_VAR, Path(argv[0]).name), account)
-        # Masked here, with this host's own secrets (its credentials are not the master's): the
-        # master masks the verdict again with its own.
-        redact = read_job_redactor(root_from_environ(environ), setup.env)
+        # Masked here, with this host's own secrets (its credentials are not the master's): the master
+        # masks the verdict again with its own.
+        redact = report_redactor(RunDir.from_env(environ), setup.env)
         send_rank_failure(setup.coordinator, setup.key, failure.masked(redact))
     return code
+
+
+def report_redactor(run_dir: RunDir, env: Mapping[str, str]) -> Redactor:
+    """What a rank's report is masked with on this host: the job's secrets as this host's entry read them,
+    taken from the run folder as the host's key is, and the secrets in the rank's own variables."""
+    return run_dir.read_masked().with_values(environment_secrets(env))
 
 
 def rank_failure(setup: RankSetup, exit_code: int, program: str, account: ProgramAccount) -> RankFailure:

@@ -1,6 +1,6 @@
 """This host's run directory, written before the engine starts (contracts.RunDir says what each file is):
-the host's facts and key, the variables that stay on this host, and what is too long to pass to a rank
-any other way."""
+the host's facts, its key and the values to mask, the variables that stay on this host, and what is too
+long to pass to a rank any other way."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def write_run_dir(spec: JobSpec) -> None:
     run_dir = spec.run_dir
     run_dir.write_host_facts(spec.host_facts)
     run_dir.write_host_env({name: value for name, value in spec.env.items() if stays_on_host(name)})
-    run_dir.write_host_key(spec.membership.host_key(spec.plan.current_host))
+    run_dir.write_host_key(spec.secrets.membership.host_key(spec.plan.current_host))
+    run_dir.write_masked(spec.secrets.redactor)
     if spec.args_file_arguments:
         write_atomically(run_dir.args_file, json.dumps(list(spec.args_file_arguments)))
         log.warning(

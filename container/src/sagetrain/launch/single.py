@@ -10,8 +10,13 @@ from sagetrain import contracts
 from sagetrain.contracts import ONE_PROCESS
 from sagetrain.deadline import Deadline
 from sagetrain.errors import Terminated
-from sagetrain.launch.coordination import LOOPBACK, MasterCoordination
-from sagetrain.launch.events import EventQueue, ProcessExited, failure_of
+from sagetrain.launch.coordinator import (
+    LOOPBACK,
+    EventQueue,
+    MasterCoordinator,
+    ProcessExited,
+    failure_of,
+)
 from sagetrain.launch.lifecycle import stop_grace, stopped_verdict
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.launch.programs import start_program, verdict_for_exit
@@ -31,16 +36,16 @@ class SingleRun:
     def __init__(self, spec: JobSpec) -> None:
         self._spec = spec
         self._events = EventQueue()
-        self._coordination = MasterCoordination(spec, self._events)
-        self._coordinator = ""
+        self._coordinator = MasterCoordinator(spec.job_hosts, self._events)
+        self._address = ""
         self._program: ManagedProcess | None = None
         self._failures: list[RankFailure] = []
 
     def prepare(self) -> None:
-        self._coordinator = self._coordination.open()
+        self._address = self._coordinator.open()
 
     def start(self) -> None:
-        self._program = start_program(self._spec, single_env(self._spec, self._coordinator), self._events)
+        self._program = start_program(self._spec, single_env(self._spec, self._address), self._events)
 
     def wait(self) -> Verdict:
         while True:
@@ -62,7 +67,7 @@ class SingleRun:
             self._program.terminate_tree()
 
     def deliver(self, verdict: Verdict, stop: Deadline | None) -> None:
-        self._coordination.deliver(verdict, stop)  # no other host: it only closes
+        self._coordinator.deliver(verdict, stop)  # no other host: it only closes
 
 
 def make_run(spec: JobSpec) -> SingleRun:

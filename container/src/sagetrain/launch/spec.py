@@ -16,13 +16,13 @@ from sagetrain import contracts, legacy_keras
 from sagetrain.config.checkpoints import read_checkpoint_dir
 from sagetrain.config.hyperparameters import LaunchSettings
 from sagetrain.config.job import JobConfig
-from sagetrain.config.job_secret import SECRET_VAR, JobSecret
+from sagetrain.config.job_secret import SECRET_VAR, JobSecrets
 from sagetrain.config.paths import ROOT_ENV, Paths
 from sagetrain.config.toolkit_env import NUM_CPUS_VAR, TRAINING_JOB_NAME_VAR, toolkit_env_vars
 from sagetrain.contracts import HostFacts, RunDir
 from sagetrain.deadline import Deadline
 from sagetrain.errors import UserError
-from sagetrain.launch.membership import Membership
+from sagetrain.launch.coordinator import JobHosts
 from sagetrain.plan.model import Plan
 from sagetrain.program.kind import Program, adjusted_user_hyperparameters, program_argv
 from sagetrain.report.saved_files import CheckpointFolder
@@ -54,7 +54,7 @@ class JobSpec:
     code_dir: Path
     checkpoints: CheckpointFolder  # this host's (checkpointconfig.json's LocalPath)
     interface: str  # resolved on this host
-    membership: Membership  # keys this job's hosts prove themselves with
+    secrets: JobSecrets  # as prepare_job read them: the hosts' keys, the values every line masks
     # What this host's entry detected, for the ranks mpirun starts here with the master's environment.
     host_facts: HostFacts
     python: str = sys.executable
@@ -62,6 +62,11 @@ class JobSpec:
     env_files: Mapping[str, str] = field(default_factory=dict)
     # The program's arguments when too long to pass through mpirun: the rank launcher appends them.
     args_file_arguments: tuple[str, ...] = ()
+
+    @property
+    def job_hosts(self) -> JobHosts:
+        """The job's hosts as the coordinator meets them."""
+        return JobHosts.of_plan(self.plan, self.secrets.membership)
 
     @property
     def rank_argv(self) -> list[str]:
@@ -146,7 +151,7 @@ def build_spec(
     program: Program,
     environ: Mapping[str, str],
     interface: str,
-    secret: JobSecret,
+    secrets: JobSecrets,
     *,
     gpus: int,
     cpus: int | None = None,
@@ -198,7 +203,7 @@ def build_spec(
         code_dir=program.code_dir,
         checkpoints=CheckpointFolder(checkpoint_dir_or_default(config.paths), plan.current_host),
         interface=interface,
-        membership=Membership.of_job(config, environ, secret),
+        secrets=secrets,
         # The CPU count as sagemaker_training counts it, since that is what SM_NUM_CPUS says on this host.
         host_facts=HostFacts(plan.current_host, gpus, int(job_env[NUM_CPUS_VAR])),
     )

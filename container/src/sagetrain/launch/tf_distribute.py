@@ -19,14 +19,19 @@ from sagetrain.config.toolkit_env import own_host_variables
 from sagetrain.contracts import RankPlace
 from sagetrain.deadline import Deadline
 from sagetrain.errors import ExitCode, Terminated
-from sagetrain.launch.coordination import (
-    MasterCoordination,
-    WorkerCoordination,
+from sagetrain.launch.coordinator import (
+    EventQueue,
+    Hello,
+    HostChanged,
+    HostState,
+    MasterCoordinator,
+    Outcome,
+    ProcessExited,
+    WorkerCoordinator,
     coordinator_address,
+    failure_of,
 )
-from sagetrain.launch.events import EventQueue, HostChanged, HostState, ProcessExited, failure_of
 from sagetrain.launch.lifecycle import EngineRun, stop_grace, stopped_verdict
-from sagetrain.launch.messages import Hello, Outcome
 from sagetrain.launch.process import ManagedProcess, terminate_trees
 from sagetrain.launch.programs import start_program, verdict_for_exit
 from sagetrain.launch.spec import JobSpec, env_added
@@ -86,7 +91,7 @@ class _TfConfigHost:
     def __init__(self, spec: JobSpec) -> None:
         self._spec = spec
         self._events = EventQueue()
-        self._coordinator = ""
+        self._address = ""  # where this host's program reports
         self._processes: list[ManagedProcess] = []
 
     def start(self) -> None:
@@ -99,7 +104,7 @@ class _TfConfigHost:
             )
             ps.on_exit(lambda p, code: self._events.put(ProcessExited(p.name, code)))
             self._processes.append(ps)
-        env = program_env(spec, self._coordinator, spec.plan.current_host)
+        env = program_env(spec, self._address, spec.plan.current_host)
         self._processes.append(start_program(spec, env, self._events))
 
     def _stop_processes(self, stop: Deadline) -> None:
@@ -115,11 +120,11 @@ class _TfConfigHost:
 class TfConfigMaster(_TfConfigHost):
     def __init__(self, spec: JobSpec) -> None:
         super().__init__(spec)
-        self._coordination = MasterCoordination(spec, self._events)
+        self._coordinator = MasterCoordinator(spec.job_hosts, self._events)
 
     def prepare(self) -> None:
-        self._coordinator = self._coordination.open()
-        self._coordination.wait_for_workers(until_ready=False)
+        self._address = self._coordinator.open()
+        self._coordinator.wait_for_workers(self._spec.worker_wait, until_ready=False)
 
     def wait(self) -> Verdict:
         plan = self._spec.plan
@@ -161,25 +166,25 @@ class TfConfigMaster(_TfConfigHost):
         return stopped_verdict(stopped, self._events, [], stop, self._spec.checkpoints)
 
     def deliver(self, verdict: Verdict, stop: Deadline | None) -> None:
-        self._coordination.deliver(verdict, stop)
+        self._coordinator.deliver(verdict, stop)
 
 
 class TfConfigWorker(_TfConfigHost):
     def __init__(self, spec: JobSpec) -> None:
         super().__init__(spec)
-        self._coordination = WorkerCoordination(spec, self._events)
+        self._coordinator = WorkerCoordinator(spec.job_hosts, self._events)
 
     def prepare(self) -> None:
-        self._coordination.join(Hello())
-        self._coordination.listen()
-        self._coordinator = self._coordination.address
+        self._coordinator.join(Hello(), self._spec.worker_wait)
+        self._coordinator.listen()
+        self._address = self._coordinator.address
 
     def wait(self) -> Verdict:
         def report_outcome(exited: ProcessExited) -> None:
             outcome = exit_outcome(self._spec, exited.name, exited.exit_code)
-            self._coordination.send(Outcome(outcome))
+            self._coordinator.send(Outcome(outcome))
 
-        return self._coordination.wait_for_verdict(report_outcome)
+        return self._coordinator.wait_for_verdict(report_outcome)
 
     def stop(self, stopped: Terminated, stop: Deadline) -> Verdict:
         """A worker's program is this entry's child, which waits for it: no other host's program runs
@@ -189,7 +194,7 @@ class TfConfigWorker(_TfConfigHost):
 
     def clean_up(self) -> None:
         super().clean_up()
-        self._coordination.close()
+        self._coordinator.close()
 
     def deliver(self, verdict: Verdict, stop: Deadline | None) -> None:
         """Nothing: the master delivers."""

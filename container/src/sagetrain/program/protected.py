@@ -47,7 +47,7 @@ PROTECTED_REASONS: Mapping[str, str] = {
     "mpi4py": "compiled against the image's Open MPI",
     # Built in the image from its sdist; every process's SM_* variables come from it.
     "sagemaker-training": "the toolkit every process's SM_* variables come from",
-    # launch/handshake.py: the hosts prove membership of the job with SPAKE2 over cryptography.
+    # launch/coordinator/trust.py: the hosts prove membership of the job with SPAKE2 over cryptography.
     "spake2": "the job's hosts prove membership of the job with it",
     "cryptography": "the job's hosts prove membership of the job with it (through spake2)",
     # This package: it installs these requirements and launches the job.

@@ -40,8 +40,8 @@ def signal_name(number: int) -> str:
 
 @dataclass(frozen=True)
 class RankFailure:
-    """A rank's own account of its failure, sent by the rank launcher to the master (launch/messages.py:
-    RankFailed)."""
+    """A rank's own account of its failure, sent by the rank launcher to the master
+    (launch/coordinator/wire.py: RankFailed)."""
 
     rank: int
     host: str

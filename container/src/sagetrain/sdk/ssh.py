@@ -8,7 +8,8 @@ system configuration, connects with paramiko (``~/.ssh/known_hosts``, ``~/.ssh/i
 
 No key is in this image, and none derives from the job: before the driver starts, every host makes an
 ed25519 host key and client key of its own. Each worker joins the master's coordinator (both sides prove
-membership of the job: launch/handshake.py) and sends its two public keys; once every worker has, the
+membership of the job: launch/coordinator/trust.py) and sends its two public keys (``SshHello``, one of
+this exchange's own messages, which only its connections read); once every worker has, the
 master sends each of them every host's public keys, as ``known_hosts`` and ``authorized_keys``. sshd
 accepts those client keys only (a drop-in configuration); ssh and paramiko know those host keys for the
 job's hosts. So the job's hosts log in to each other (mpirun's daemons too, host to host), and nobody
@@ -27,14 +28,22 @@ import re
 import sys
 from collections.abc import MutableMapping
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
+from typing import ClassVar
 
 from sagetrain.atomic_file import write_atomically
-from sagetrain.config.job_secret import missing_secret_warning, read_job_secret
+from sagetrain.config.job_secret import Membership, missing_secret_warning
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
-from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import Hello, SshTrust, Welcome
+from sagetrain.launch.coordinator import (
+    CORE,
+    EventQueue,
+    Hello,
+    JobHosts,
+    MasterCoordinator,
+    WorkerCoordinator,
+)
 from sagetrain.launch.sshd import (
     PRIVILEGE_SEPARATION_DIR,
     SshFiles,
@@ -52,6 +61,34 @@ SYSTEM_SSH_PORT = 22
 # An OpenSSH public key line as this image makes them, and nothing else (a peer's keys end up in files sshd
 # and ssh read: no options, no second line).
 _PUBLIC_KEY_LINE = re.compile(r"ssh-ed25519 [A-Za-z0-9+/]{68}(=|==)?( [A-Za-z0-9@._-]{1,64})?")
+
+
+class SshKind(Enum):
+    """The key exchange's own messages: the coordinator reads them only on its connections."""
+
+    HELLO = "ssh_hello"
+    TRUST = "ssh_trust"
+
+
+@dataclass(frozen=True)
+class SshTrust:
+    """Every host's public keys, as the files that hold them: from the master to each worker."""
+
+    KIND: ClassVar[Enum] = SshKind.TRUST
+    known_hosts: str
+    authorized_keys: str
+
+
+@dataclass(frozen=True)
+class SshHello(Hello):
+    """A worker joining the key exchange: its host key, and the key its ssh logs in to the others with."""
+
+    KIND: ClassVar[Enum] = SshKind.HELLO
+    ssh_client_key: str = ""
+
+
+# The coordinator's messages and the key exchange's.
+SSH_MESSAGES = CORE.extended(SshHello, SshTrust)
 
 
 @dataclass(frozen=True)
@@ -98,13 +135,14 @@ def write_trust(trust: SshTrust, files: SshFiles) -> None:
 
 
 def _checked_hello(host: str, hello: Hello) -> HostSshKeys:
-    for line in (hello.ssh_host_key, hello.ssh_client_key):
+    client_key = hello.ssh_client_key if isinstance(hello, SshHello) else ""
+    for line in (hello.ssh_host_key, client_key):
         problem = public_key_problem(line)
         if problem is not None:
             raise PlatformError(
                 f"host {host} sent an ssh key that is {problem}; every host must run this image"
             )
-    return HostSshKeys(hello.ssh_host_key, hello.ssh_client_key)
+    return HostSshKeys(hello.ssh_host_key, client_key)
 
 
 @dataclass(frozen=True)
@@ -119,13 +157,17 @@ class KeyExchange:
     deadline: Deadline
 
     @property
-    def workers(self) -> tuple[str, ...]:
-        return tuple(host for host in self.hosts if host != self.master)
+    def job(self) -> JobHosts:
+        return JobHosts(self.hosts, self.master, self.current_host, self.port, self.membership)
+
+    def deadline_for(self, activity: str) -> Deadline:
+        """The exchange's one deadline, whatever part of it is awaited."""
+        return self.deadline
 
 
 def exchange_keys(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
     """The job's trust: this host's own keys alone on one host; otherwise every host's, through the master."""
-    if not exchange.workers:
+    if not exchange.job.workers:
         return trust_of({exchange.current_host: own})
     if exchange.current_host == exchange.master:
         return _exchange_as_master(exchange, own)
@@ -134,61 +176,46 @@ def exchange_keys(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
 
 def _exchange_as_master(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
     """Wait for every worker's keys, send each of them the job's trust."""
-    from sagetrain.launch.coordination import wait_for_hosts
-    from sagetrain.launch.coordinator import CoordinatorServer
-    from sagetrain.launch.events import EventQueue
-
-    events = EventQueue()
-    workers, deadline = exchange.workers, exchange.deadline
-    server = CoordinatorServer(
-        events, workers, lambda hello: Welcome(), port=exchange.port, job_hosts=exchange.hosts,
-        host_keys={host: exchange.membership.host_key(host) for host in workers},
-    )  # fmt: skip
-    port = server.start()
+    coordinator = MasterCoordinator(exchange.job, EventQueue(), catalogue=SSH_MESSAGES)
+    coordinator.open()
+    workers, port = exchange.job.workers, coordinator.port
     their = "its" if len(workers) == 1 else "their"
     sys.stderr.write(f"sagetrain: waiting for {', '.join(workers)} to send {their} ssh keys to port {port}\n")
     try:
-        hellos = wait_for_hosts(events, workers, until_ready=False, deadline=deadline)
+        hellos = coordinator.wait_for_workers(exchange.deadline_for, until_ready=False)
         keys = {host: _checked_hello(host, hello) for host, hello in hellos.items()}
         trust = trust_of({**keys, exchange.current_host: own})
         for worker in workers:
             try:
-                server.send_to(worker, trust)
+                coordinator.send_to(worker, trust)
             except OSError:
                 raise PlatformError(
                     f"host {worker} sent its ssh keys, then its connection to port {port} closed before it "
                     "had the job's; see that host's log for why"
                 ) from None
         # A worker closes its connection once it has the keys.
-        still = server.wait_until_disconnected(deadline)
+        still = coordinator.wait_until_disconnected(exchange.deadline)
         if still:
-            raise PlatformError(deadline.timeout_message(f"{', '.join(still)} did not take the ssh keys"))
+            raise PlatformError(
+                exchange.deadline.timeout_message(f"{', '.join(still)} did not take the ssh keys")
+            )
     finally:
-        server.close()
+        coordinator.close()
     return trust
 
 
 def _exchange_as_worker(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
     """Join the master with this host's keys; the job's trust, as the master sent it."""
-    from sagetrain.launch.coordinator import CoordinatorClient
-    from sagetrain.launch.events import EventQueue
-
-    host, master = exchange.current_host, exchange.master
-    client = CoordinatorClient(
-        EventQueue(),
-        master,
-        exchange.port,
-        host,
-        exchange.membership.host_key(host),
-        job_hosts=exchange.hosts,
-    )
+    worker = WorkerCoordinator(exchange.job, EventQueue(), catalogue=SSH_MESSAGES)
     try:
-        client.join(Hello(ssh_host_key=own.host, ssh_client_key=own.client), exchange.deadline)
-        trust = client.receive(exchange.deadline)
+        worker.join(SshHello(ssh_host_key=own.host, ssh_client_key=own.client), exchange.deadline_for)
+        trust = worker.receive(exchange.deadline)
     finally:
-        client.close()
+        worker.close()
     if not isinstance(trust, SshTrust):
-        raise PlatformError(exchange.deadline.timeout_message(f"master host {master} sent no ssh keys"))
+        raise PlatformError(
+            exchange.deadline.timeout_message(f"master host {exchange.master} sent no ssh keys")
+        )
     return trust
 
 
@@ -213,19 +240,17 @@ def prepare_for_mpi_driver(environ: MutableMapping[str, str], files: SshFiles | 
     from sagetrain.preparation import Preparation, prepare_job
 
     job = prepare_job(environ, Preparation.DESCRIBE)
-    config, plan = job.config, job.plan
-    secret = read_job_secret(config, environ)
-    warning = missing_secret_warning(len(plan.hosts), secret)
+    plan = job.plan
+    warning = missing_secret_warning(len(plan.hosts), job.secrets.secret)
     if warning is not None:
         sys.stderr.write(f"sagetrain WARNING: {warning}\n")
-    membership = Membership.of_job(config, environ, secret)
     files = files or SshFiles.system(Path("/etc/ssh"), Path.home() / ".ssh")
     own = HostSshKeys.generate(files)
     launch = plan.launch
     activity = f"the job's hosts to exchange ssh keys through {plan.master} port {launch.coordinator_port}"
     deadline = setting_deadline(launch.worker_wait_seconds, "worker_wait_seconds", activity, "hosts")
     exchange = KeyExchange(
-        plan.hosts, plan.master, plan.current_host, launch.coordinator_port, membership, deadline
+        plan.hosts, plan.master, plan.current_host, launch.coordinator_port, job.secrets.membership, deadline
     )
     trust = exchange_keys(exchange, own)
     write_trust(trust, files)

@@ -32,12 +32,10 @@ import time
 from pathlib import Path
 
 from sagetrain.config.job import load_job_config
-from sagetrain.config.job_secret import JobSecret
+from sagetrain.config.job_secret import JobSecret, Membership
 from sagetrain.deadline import Deadline
-from sagetrain.launch.coordinator import open_authenticated
-from sagetrain.launch.handshake import HandshakeFailed
-from sagetrain.launch.membership import Membership
-from sagetrain.launch.messages import Ack, Hello, PakeStart, RankFailed, Welcome, encode
+from sagetrain.launch.coordinator.trust import HandshakeFailed, open_authenticated
+from sagetrain.launch.coordinator.wire import Ack, Hello, PakeStart, RankFailed, Welcome, encode
 from sagetrain.report.verdict import RankFailure
 
 IMPOSTOR_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIImpostorKeyImpostorKeyImpostorKeyImpostorKeyI impostor"
