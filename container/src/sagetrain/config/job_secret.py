@@ -120,8 +120,12 @@ def read_channel_secret(config: JobConfig, *, required: bool) -> bytes:
     channel = config.channel(name)
     if channel is None:
         raise _bad_channel(name, "inputdataconfig.json does not declare", "add that channel or fix the name")
-    if channel.input_mode is InputMode.PIPE:
-        raise _bad_channel(name, "is a Pipe mode channel", "give that channel TrainingInputMode File")
+    if not channel.input_mode.has_folder:
+        raise _bad_channel(
+            name,
+            f"is a {channel.input_mode.value} mode channel",
+            f"give that channel TrainingInputMode {InputMode.FILE.value}",
+        )
     if channel.s3_distribution is not S3Distribution.FULLY_REPLICATED:
         raise _bad_channel(
             name,
