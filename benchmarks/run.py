@@ -10,6 +10,7 @@ on first use (kept tagged for reuse). Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -19,6 +20,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from benchlib.bench_env import run_in_bench_env
 
@@ -137,7 +139,25 @@ def write_results(
     path.write_text(json.dumps(document, indent=2) + "\n")
 
 
+# Experiments behind a figure (benchmarks/lab/), run as `run.py lab NAME [ARGS...]`: in the benchmarks'
+# environment, with benchlib and figures importable as here.
+LABS = {"mwms-variants": "lab.mwms_variants"}
+
+
+def run_lab(argv: list[str]) -> int:
+    if not argv or argv[0] not in LABS:
+        print(f"usage: benchmarks/run.py lab {{{','.join(LABS)}}} [ARGS...]", file=sys.stderr)
+        return 2
+    lab: Any = importlib.import_module(LABS[argv[0]])
+    return int(lab.main(argv[1:]))
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return run_lab(argv[1:]) if argv[:1] == ["lab"] else run_figures(argv)
+
+
+def run_figures(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.markdown is not None:
         results = json.loads(args.markdown.read_text())

@@ -6,9 +6,9 @@ turns round by round, so drift on a shared machine spreads over all of them. Pri
 per variant (samples/s, the ratio to Horovod, the time per step that MWMS adds, the 1-minute load
 average at each pair's start) and writes every pair to a JSON file.
 
-    python3 benchmarks/lab/mwms_variants.py --pairs 3
-    python3 benchmarks/lab/mwms_variants.py --pairs 3 --only figure,local-results
-    python3 benchmarks/lab/mwms_variants.py --collectives --only figure,packed-results
+    python3 benchmarks/run.py lab mwms-variants --pairs 3
+    python3 benchmarks/run.py lab mwms-variants --pairs 3 --only figure,local-results
+    python3 benchmarks/run.py lab mwms-variants --collectives --only figure,packed-results
 
 With --keras-trainer FILE, every MWMS job runs FILE in place of the image's Keras TensorFlow trainer
 (`keras/src/backend/tensorflow/trainer.py`, bind-mounted read-only): a changed Keras patch measured
@@ -31,20 +31,15 @@ import math
 import os
 import signal
 import statistics
-import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchlib and figures, beside run.py
-from benchlib.bench_env import run_in_bench_env
-
-run_in_bench_env(__file__)
-
-from benchlib.cluster import JobFailed, run_job  # noqa: E402 (after the launcher check)
-from benchlib.context import DATA_RECORDS, Context  # noqa: E402 (after the launcher check)
-from figures.mwms_vs_horovod import HYPERPARAMETERS, job_spec, samples_per_second  # noqa: E402 (after the launcher check)
-from localcluster.dockercli import DockerCli  # noqa: E402 (after the launcher check)
+from benchlib.cluster import JobFailed, run_job
+from benchlib.context import DATA_RECORDS, Context
+from figures.mwms_vs_horovod import HYPERPARAMETERS, job_spec, samples_per_second
+from localcluster.dockercli import DockerCli
 
 KERAS_TRAINER = "/opt/venv/lib/python3.11/site-packages/keras/src/backend/tensorflow/trainer.py"
 GLOBAL_BATCH = int(HYPERPARAMETERS["batch_size"])
@@ -102,7 +97,7 @@ def spread(values: list[float], digits: int = 0) -> str:
     return f"{statistics.median(values):,.{digits}f} [{min(values):,.{digits}f}..{max(values):,.{digits}f}]"
 
 
-def table(pairs: list[dict[str, object]], names: list[str]) -> str:
+def table(pairs: list[dict[str, Any]], names: list[str]) -> str:
     lines = [
         "| variant | MWMS samples/s | Horovod samples/s | MWMS / Horovod | MWMS − Horovod, ms per step "
         "| load (1 min) | pairs |",
@@ -133,7 +128,7 @@ def traced_collectives(ctx: Context, name: str, files: dict[str, Path]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="benchmarks/lab/mwms_variants.py", description=__doc__.split("\n\n")[0]
+        prog="benchmarks/run.py lab mwms-variants", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--pairs", type=int, default=3, help="pairs per variant (default 3)")
     parser.add_argument(
@@ -207,7 +202,3 @@ def main(argv: list[str] | None = None) -> int:
             ctx.created.remove_all()
     print(table(pairs, args.only))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

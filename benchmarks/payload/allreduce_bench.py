@@ -7,6 +7,8 @@ Rank 0 prints one line per timed call: ``BENCH allreduce case=… impl=… bytes
 import json
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import horovod.tensorflow as hvd
 import numpy as np
@@ -57,7 +59,7 @@ def horovod_small_call() -> list[np.ndarray]:
     return [tensor.numpy() for tensor in horovod_small(small_tf)]
 
 
-CASES = {
+CASES: dict[str, tuple[int, dict[str, Callable[[], Any]]]] = {
     "big": (big.nbytes, {"horovod": horovod_big_call, "mpi4py": mpi_big}),
     "small": (sum(array.nbytes for array in small), {"horovod": horovod_small_call, "mpi4py": mpi_small}),
 }

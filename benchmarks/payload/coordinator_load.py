@@ -122,7 +122,7 @@ def connector(own_address: str) -> Any:
 def worker(index: int, names: list[str], key: bytes, port: int, gate: int) -> dict[str, Any]:
     host = names[index]
     # This process is one host and nothing else: its sockets come from its own address.
-    socket.create_connection = connector(source_address(index))  # type: ignore[assignment]
+    socket.create_connection = connector(source_address(index))
     os.read(gate, 1)  # held until the master opens the gate (EOF)
     began = time.time()
     events = EventQueue()

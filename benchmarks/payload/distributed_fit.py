@@ -24,6 +24,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -95,7 +96,7 @@ def count_collectives() -> Counter:
     counts: Counter = Counter()
     all_reduce = collective_ops.all_reduce_v2
 
-    def counted(*args, **kwargs):
+    def counted(*args: Any, **kwargs: Any) -> Any:
         counts[ops.get_default_graph().name if ops.inside_function() else "eager"] += 1
         return all_reduce(*args, **kwargs)
 

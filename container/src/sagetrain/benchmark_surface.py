@@ -1,0 +1,33 @@
+"""What the benchmarks (benchmarks/: their harness on the test machine, their payloads inside the image)
+may import of this package, declared in one place. The rest of sagetrain is its own to change; a name
+listed here changes together with the benchmarks that use it. tests/unit/test_benchmark_surface.py
+checks every import under benchmarks/ against this table. Nothing in the package imports this module.
+"""
+
+from __future__ import annotations
+
+BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
+    # Every wait of the harness (figure 11's 32-host runs, the channel figures' jobs).
+    "sagetrain.deadline": frozenset({"Deadline"}),
+    # Figure 12: the master's coordinator under hundreds of joining hosts, through its public front.
+    "sagetrain.launch.coordinator": frozenset(
+        {
+            "EventQueue",
+            "Hello",
+            "HostChanged",
+            "HostState",
+            "JobHosts",
+            "MasterCoordinator",
+            "MasterEnded",
+            "WorkerCoordinator",
+        }
+    ),
+    "sagetrain.config.job_secret": frozenset({"Membership"}),
+    "sagetrain.report.verdict": frozenset({"SUCCESS"}),
+    # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches).
+    "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
+    "sagetrain.trainer.job": frozenset({"trainer_job"}),
+    "sagetrain.trainer.preparation": frozenset({"prepare"}),
+    "sagetrain.trainer.readers": frozenset({"epoch_batches", "epoch_seed"}),
+    "sagetrain.trainer.sharding": frozenset({"batch_sizes", "steps_per_epoch"}),
+}
