@@ -221,7 +221,7 @@ def test_a_secret_at_sagemakers_limits_is_masked_in_every_form_and_only_there():
     pattern for these in well under a second; benchmarks/ measures it)."""
     rng = random.Random(7)
     alphabet = [*"abcdefghij0123456789", "'", '"', "\\", "é", "中", "😀", " ", "\n"]
-    values = {f"api_token_{index}": "".join(rng.choice(alphabet) for _ in range(2500)) for index in range(100)}
+    values = {f"api_token_{n}": "".join(rng.choice(alphabet) for _ in range(2500)) for n in range(100)}
     redact = Redactor.for_job(values, (), {})
     assert len(redact.secrets) == 100
     secret = values["api_token_42"]

@@ -9,10 +9,20 @@ launcher's RankStarted or RankFailed on a short connection of its own, answered 
 before the rank launcher starts its program: the master bounds mpirun's start by it).
 
 No one on the job's network can starve the master: before a peer has proved membership, the master
-reads at most ``HANDSHAKE_LINE_BYTES`` per message and gives the whole handshake ``HANDSHAKE_SECONDS``;
-it takes on a bounded number of handshakes at once, in all and per peer address, pauses a peer whose
-handshakes keep failing (trust.py: ``Admission``), and logs the first failure of each peer and a count of
-the rest.
+reads at most ``HANDSHAKE_LINE_BYTES`` per message, gives it ``FIRST_MESSAGE_SECONDS`` to start the
+handshake and ``HANDSHAKE_SECONDS`` for the whole of it; it takes on a bounded number of handshakes at
+once, per peer address and, for addresses that are not the job's own, in all; the job's own addresses
+(this host, the addresses the job's hosts resolve to, those that proved membership) keep places of their
+own. It pauses a peer whose handshakes keep failing (trust.py: ``Admission``), and drops a paused
+address's packets in the kernel while its pause lasts (listener.py); it logs the first failure of each
+peer and a count of the rest.
+
+Mismatched keys: a peer that refuses the master's proof (``PakeRefused``) while claiming one of the job's
+worker hosts, from an address that host's name resolves to, is taken for that host with another key (a
+worker given another job secret, say): the master fails at once, naming it. The claim rests on name
+resolution: on SageMaker the platform resolves the hosts' names, but on a Docker network any container
+may take another's alias, and so end the job this way, as it could by answering as the master (which
+the worker refuses at once).
 
 A rank's report counts for the host that proved itself, and only for a rank the plan puts on that host.
 The worker closes its connection after the verdict, which tells the master the verdict arrived. A
@@ -29,11 +39,20 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from sagetrain.config.job_secret import MEMBERSHIP_INPUTS
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
 from sagetrain.launch.coordinator import wire
 from sagetrain.launch.coordinator.events import EventQueue, HostChanged, HostState, RankReport
-from sagetrain.launch.coordinator.trust import Admission, HandshakeEnd, HandshakeFailed, authenticate_peer
+from sagetrain.launch.coordinator.listener import LISTEN_BACKLOG, DropFilter
+from sagetrain.launch.coordinator.trust import (
+    Admission,
+    HandshakeEnd,
+    HandshakeFailed,
+    HandshakeMalformed,
+    ProofRefused,
+    authenticate_peer,
+)
 from sagetrain.report.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -43,8 +62,35 @@ _ACCEPT_RETRIES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.EN
 # The whole handshake, from the connection's first byte to the peer's first message: a connection that
 # says nothing, or says it slowly, holds a place no longer.
 HANDSHAKE_SECONDS = 10.0
+# Its start: a member sends it as soon as it is connected (its SPAKE2 message takes it milliseconds).
+FIRST_MESSAGE_SECONDS = 1.0
+# How often, at most, the master looks up the addresses of the job's worker hosts that have not joined yet
+# (a host's name may resolve only once its container is up). It looks only when it turns a connection
+# away: until then every address is heard, and a quiet job makes no lookups.
+RESOLVE_SECONDS = 1.0
 # When the master's process is out of file descriptors, it waits this long before it accepts again.
 ACCEPT_PAUSE_SECONDS = 0.05
+
+
+def resolve_ipv4(host: str) -> frozenset[str]:
+    """The IPv4 addresses ``host`` resolves to now; none when it does not (yet)."""
+    try:
+        found = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset()
+    return frozenset(str(entry[4][0]) for entry in found)
+
+
+def _resolves_nowhere(host: str) -> frozenset[str]:
+    return frozenset()
+
+
+def keys_differ(host: str, address: str) -> str:
+    """The sentence saying a worker host refused the master's proof of membership. Pure."""
+    return (
+        f"host {host} ({address}) refused this host's proof of membership of the job: their keys differ, so "
+        f"the two hosts were not given the same {MEMBERSHIP_INPUTS}; give every host of the job the same"
+    )
 
 
 def host_list_mismatch(host: str, theirs: Sequence[str], ours: Sequence[str]) -> str | None:
@@ -76,11 +122,16 @@ class CoordinatorServer:
         rank_host: Callable[[int], str | None] = lambda rank: None,
         admission: Admission | None = None,
         catalogue: wire.Catalogue = wire.CORE,
+        resolve: Callable[[str], frozenset[str]] = _resolves_nowhere,
     ) -> None:
         """``host_keys``: every host that may connect (workers and their ranks, this host's ranks) and
         the key it proves itself with; ``rank_host(rank)``: the host a rank runs on, None when unknown;
-        ``catalogue``: the messages its connections read."""
+        ``catalogue``: the messages its connections read; ``resolve``: a host name's addresses (how the
+        master knows the job's own addresses: none by default)."""
         self._admission = admission or Admission()
+        self._resolve = resolve
+        self._addresses: dict[str, frozenset[str]] = {}  # a worker host's, as it resolved
+        self._joined: set[str] = set()  # worker hosts that joined (and may have left since)
         self._catalogue = catalogue
         self._events = events
         self._expected = set(expected_hosts)
@@ -95,6 +146,10 @@ class CoordinatorServer:
         self._closing = False
         self._closed = threading.Event()
         self._changed = threading.Condition()
+        self._filter: DropFilter | None = None
+        self._pauses = threading.Condition()  # a pause may have begun: the filter thread looks again
+        self._pauses_changed = False
+        self._resolve_wanted = threading.Event()  # a connection was turned away: look the workers up
 
     def start(self) -> int:
         """Listen; returns the bound port."""
@@ -108,10 +163,56 @@ class CoordinatorServer:
                 f"the coordinator cannot listen on port {self._bind[1]} ({error.strerror}); "
                 "choose another with the hyperparameter sagetrain_coordinator_port"
             ) from None
-        listener.listen(128)
+        listener.listen(LISTEN_BACKLOG)
         self._listener = listener
+        self._filter = DropFilter(listener)
         threading.Thread(target=self._accept_loop, name="coordinator-accept", daemon=True).start()
+        threading.Thread(target=self._filter_loop, name="coordinator-filter", daemon=True).start()
+        threading.Thread(target=self._resolve_loop, name="coordinator-resolve", daemon=True).start()
         return int(listener.getsockname()[1])
+
+    def _filter_loop(self) -> None:
+        """Keep the listener's filter to the addresses paused now: when a pause may have begun, and when
+        the first pause ends."""
+        assert self._filter is not None
+        while True:
+            paused, first_end = self._admission.paused_strangers()
+            with self._pauses:
+                if self._closed.is_set():
+                    return
+                self._filter.drop(paused)
+                until_end = None if first_end is None else max(first_end - self._admission.clock(), 0.0)
+                self._pauses.wait_for(lambda: self._pauses_changed or self._closed.is_set(), until_end)
+                self._pauses_changed = False
+
+    def _note_failure(self) -> None:
+        with self._pauses:
+            self._pauses_changed = True
+            self._pauses.notify_all()
+
+    def _resolve_loop(self) -> None:
+        """Learn the addresses of the worker hosts that have not joined yet, when a connection was turned
+        away (at most every RESOLVE_SECONDS): a worker refused for want of a place gets its own on its
+        next try."""
+        if self._resolve is _resolves_nowhere:
+            return
+        while self._resolve_wanted.wait() and not self._closed.is_set():
+            self._resolve_wanted.clear()
+            with self._changed:
+                waiting = sorted(self._expected - self._joined)
+            if not waiting:
+                return
+            for host in waiting:
+                self._learn_addresses(host)
+            self._closed.wait(RESOLVE_SECONDS)
+
+    def _learn_addresses(self, host: str) -> frozenset[str]:
+        """``host``'s addresses now, kept with those it had (Docker and DNS may list several)."""
+        found = self._resolve(host)
+        with self._changed:
+            known = self._addresses[host] = self._addresses.get(host, frozenset()) | found
+        self._admission.recognise(found)
+        return known
 
     def _accept_loop(self) -> None:
         """Take connections until closed; nothing a peer does ends this loop."""
@@ -129,7 +230,12 @@ class CoordinatorServer:
             self._take(sock, address[0])
 
     def _take(self, sock: socket.socket, peer: str) -> None:
-        if not self._admission.begin(peer):
+        try:
+            from_this_host = peer == sock.getsockname()[0]
+        except OSError:  # reset already
+            from_this_host = False
+        if not self._admission.begin(peer, own=from_this_host):
+            self._resolve_wanted.set()
             with contextlib.suppress(OSError):
                 sock.close()
             return
@@ -144,6 +250,7 @@ class CoordinatorServer:
 
     def _serve(self, connection: wire.Connection, peer: str) -> None:
         deadline = Deadline(HANDSHAKE_SECONDS, f"the handshake of a coordinator connection from {peer}")
+        first_deadline = deadline.part(FIRST_MESSAGE_SECONDS, f"the start of a handshake from {peer}")
         answered = False
 
         def may_answer() -> bool:
@@ -152,7 +259,7 @@ class CoordinatorServer:
             return answered
 
         try:
-            host, first = authenticate_peer(connection, self._host_keys, deadline, may_answer)
+            host, first = authenticate_peer(connection, self._host_keys, deadline, may_answer, first_deadline)
         except Exception as failed:  # whatever a peer sends ends its connection alone, its place given back
             self._refused(peer, failed, answered)
             connection.close()
@@ -166,16 +273,35 @@ class CoordinatorServer:
             connection.close()
 
     def _refused(self, peer: str, failed: Exception, answered: bool) -> None:
-        if not answered:
-            self._admission.end(peer, HandshakeEnd.UNANSWERED)
+        if answered:
+            outcome = HandshakeEnd.FAILED
+        elif isinstance(failed, HandshakeMalformed):
+            outcome = HandshakeEnd.MALFORMED
+        else:
+            outcome = HandshakeEnd.UNANSWERED
+        first = self._admission.end(peer, outcome)
+        if outcome is HandshakeEnd.UNANSWERED:
             return
-        if self._admission.end(peer, HandshakeEnd.FAILED):
+        self._note_failure()
+        if isinstance(failed, ProofRefused) and self._is_address_of(failed.host, peer):
+            differ = keys_differ(failed.host, peer)
+            log.error("%s", differ)
+            self._events.put(HostChanged(failed.host, HostState.REJECTED, reason=differ))
+        elif first:
             # Our own reasons only: a peer's text is never logged as ours.
             reason = failed if isinstance(failed, HandshakeFailed) else "a message the handshake cannot read"
             log.warning(
                 "refused a coordinator connection from %s: it did not prove membership of this job (%s); "
                 "further refusals of that peer are counted, not logged", peer, reason,
             )  # fmt: skip
+
+    def _is_address_of(self, host: str, peer: str) -> bool:
+        """Whether ``peer`` is an address of ``host``, a worker host that has not joined."""
+        with self._changed:
+            if host not in self._expected or host in self._joined:
+                return False
+            known = self._addresses.get(host, frozenset())
+        return peer in known or peer in self._learn_addresses(host)
 
     def _take_rank_report(
         self, connection: wire.Connection, host: str, report: wire.RankStarted | wire.RankFailed
@@ -204,6 +330,7 @@ class CoordinatorServer:
             else:
                 problem = None
                 self._hosts[host] = connection
+                self._joined.add(host)
         if problem:
             with contextlib.suppress(OSError):
                 connection.send(wire.Reject(problem))
@@ -257,6 +384,8 @@ class CoordinatorServer:
             self._closing = True
             connections = list(self._hosts.values())
         self._closed.set()
+        self._note_failure()  # the filter thread ends
+        self._resolve_wanted.set()  # and the resolving one
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
