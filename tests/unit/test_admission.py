@@ -115,20 +115,6 @@ def test_an_outsider_whose_connections_send_no_handshake_is_paused_the_jobs_own_
             admission.end(peer, HandshakeEnd.MALFORMED)
     assert not admission.begin("10.0.1.7")  # paused, as after three wrong guesses
     assert admission.begin("10.0.0.2") and admission.may_answer("10.0.0.2")  # a guess left: none was tested
-    assert admission.paused_strangers() == (frozenset({"10.0.1.7"}), 100.0 + PAUSE_SECONDS)
     assert admission.refusals() == {"10.0.1.7": FAILURES_BEFORE_PAUSE + 1, "10.0.0.2": FAILURES_BEFORE_PAUSE}
     clock.now += PAUSE_SECONDS
-    assert admission.paused_strangers() == (frozenset(), None)
     assert admission.begin("10.0.1.7")
-
-
-def test_an_address_paused_for_wrong_guesses_is_turned_away_but_left_to_the_master_if_it_is_the_jobs():
-    """A paused address of the job's own is refused by the master itself, never dropped in the kernel: the
-    kernel's filter would also drop the packets of that host's connections already under way."""
-    admission = Admission(clock=Clock())
-    admission.recognise(["10.0.0.2"])
-    for peer in ("10.0.0.2", "10.0.1.7"):
-        for _ in range(FAILURES_BEFORE_PAUSE):
-            failed_once(admission, peer)
-    assert not admission.begin("10.0.0.2") and not admission.begin("10.0.1.7")
-    assert admission.paused_strangers()[0] == frozenset({"10.0.1.7"})

@@ -13,9 +13,9 @@ reads at most ``HANDSHAKE_LINE_BYTES`` per message, gives it ``FIRST_MESSAGE_SEC
 handshake and ``HANDSHAKE_SECONDS`` for the whole of it; it takes on a bounded number of handshakes at
 once, per peer address and, for addresses that are not the job's own, in all; the job's own addresses
 (this host, the addresses the job's hosts resolve to, those that proved membership) keep places of their
-own. It pauses a peer whose handshakes keep failing (trust.py: ``Admission``), and drops a paused
-address's packets in the kernel while its pause lasts (listener.py); it logs the first failure of each
-peer and a count of the rest.
+own. It pauses a peer whose handshakes keep failing (trust.py: ``Admission``): while the pause lasts its
+connections are closed as soon as they are accepted, before any thread or read. It logs the first failure
+of each peer and a count of the rest.
 
 Mismatched keys: a peer that refuses the master's proof (``PakeRefused``) while claiming one of the job's
 worker hosts, from an address that host's name resolves to, is taken for that host with another key (a
@@ -44,7 +44,6 @@ from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
 from sagetrain.launch.coordinator import wire
 from sagetrain.launch.coordinator.events import EventQueue, HostChanged, HostState, RankReport
-from sagetrain.launch.coordinator.listener import LISTEN_BACKLOG, DropFilter
 from sagetrain.launch.coordinator.trust import (
     Admission,
     HandshakeEnd,
@@ -70,6 +69,10 @@ FIRST_MESSAGE_SECONDS = 1.0
 RESOLVE_SECONDS = 1.0
 # When the master's process is out of file descriptors, it waits this long before it accepts again.
 ACCEPT_PAUSE_SECONDS = 0.05
+# Connections the accept loop has not taken yet wait in the kernel's queue, which the kernel caps at
+# net.core.somaxconn (4,096 by default since Linux 5.4): a burst of them (outsiders' connections, a large
+# job's rank launchers reporting at once) waits there instead of having the kernel drop a member's.
+LISTEN_BACKLOG = 4096
 
 
 def resolve_ipv4(host: str) -> frozenset[str]:
@@ -146,9 +149,6 @@ class CoordinatorServer:
         self._closing = False
         self._closed = threading.Event()
         self._changed = threading.Condition()
-        self._filter: DropFilter | None = None
-        self._pauses = threading.Condition()  # a pause may have begun: the filter thread looks again
-        self._pauses_changed = False
         self._resolve_wanted = threading.Event()  # a connection was turned away: look the workers up
 
     def start(self) -> int:
@@ -165,30 +165,9 @@ class CoordinatorServer:
             ) from None
         listener.listen(LISTEN_BACKLOG)
         self._listener = listener
-        self._filter = DropFilter(listener)
         threading.Thread(target=self._accept_loop, name="coordinator-accept", daemon=True).start()
-        threading.Thread(target=self._filter_loop, name="coordinator-filter", daemon=True).start()
         threading.Thread(target=self._resolve_loop, name="coordinator-resolve", daemon=True).start()
         return int(listener.getsockname()[1])
-
-    def _filter_loop(self) -> None:
-        """Keep the listener's filter to the addresses paused now: when a pause may have begun, and when
-        the first pause ends."""
-        assert self._filter is not None
-        while True:
-            paused, first_end = self._admission.paused_strangers()
-            with self._pauses:
-                if self._closed.is_set():
-                    return
-                self._filter.drop(paused)
-                until_end = None if first_end is None else max(first_end - self._admission.clock(), 0.0)
-                self._pauses.wait_for(lambda: self._pauses_changed or self._closed.is_set(), until_end)
-                self._pauses_changed = False
-
-    def _note_failure(self) -> None:
-        with self._pauses:
-            self._pauses_changed = True
-            self._pauses.notify_all()
 
     def _resolve_loop(self) -> None:
         """Learn the addresses of the worker hosts that have not joined yet, when a connection was turned
@@ -282,7 +261,6 @@ class CoordinatorServer:
         first = self._admission.end(peer, outcome)
         if outcome is HandshakeEnd.UNANSWERED:
             return
-        self._note_failure()
         if isinstance(failed, ProofRefused) and self._is_address_of(failed.host, peer):
             differ = keys_differ(failed.host, peer)
             log.error("%s", differ)
@@ -384,8 +362,7 @@ class CoordinatorServer:
             self._closing = True
             connections = list(self._hosts.values())
         self._closed.set()
-        self._note_failure()  # the filter thread ends
-        self._resolve_wanted.set()  # and the resolving one
+        self._resolve_wanted.set()  # the resolving thread ends
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()

@@ -370,14 +370,6 @@ class Admission:
         if state.failures >= FAILURES_BEFORE_PAUSE:
             state.failures, state.paused_until = 0, self.clock() + PAUSE_SECONDS
 
-    def paused_strangers(self) -> tuple[frozenset[str], float | None]:
-        """(the addresses, not the job's own, paused now; when the first of their pauses ends)."""
-        now = self.clock()
-        with self._lock:
-            paused = {peer: state.paused_until for peer, state in self._peers.items()
-                      if state.paused_until > now and not state.the_jobs}  # fmt: skip
-        return frozenset(paused), min(paused.values(), default=None)
-
     def refusals(self) -> dict[str, int]:
         """{peer: connections refused or failed since the last call}, and forget them."""
         with self._lock:
