@@ -19,7 +19,7 @@ from sagetrain.launch.coordinator import EventQueue, HostChanged, HostState, Wel
 from sagetrain.launch.coordinator import trust as trust_module
 from sagetrain.launch.coordinator.client import MAX_CONNECT_BACKOFF_SECONDS, CoordinatorClient
 from sagetrain.launch.coordinator.events import wait_for_hosts
-from sagetrain.launch.coordinator.server import CoordinatorServer
+from sagetrain.launch.coordinator.server import PARK_SECONDS, CoordinatorServer
 from sagetrain.launch.coordinator.trust import (
     FAILURES_BEFORE_PAUSE,
     MAX_HANDSHAKES,
@@ -184,15 +184,18 @@ def answer_to_a_start(address: str, port: int) -> bytes:
     with connected_from(address, port, 5) as sock:
         try:
             sock.sendall(canonical_json(encode(start)) + b"\n")
-            sock.settimeout(5)
+            sock.settimeout(PARK_SECONDS + 10)  # a paused address's connection is held that long, unread
             return sock.recv(4096)
         except ConnectionResetError:  # closed before it read what was sent
             return b""
 
 
-def test_an_outsider_paused_for_malformed_starts_is_turned_away_unheard_until_its_pause_ends(
+def test_an_outsider_paused_for_malformed_starts_is_held_unanswered_then_heard_once_its_pause_ends(
     master, monkeypatch
 ):
+    """Three malformed starts pause an outsider's address: its next connections are neither read nor closed
+    at once (its client, holding connections, opens no new one meanwhile), then closed unanswered; once
+    the pause is over it is answered again."""
     monkeypatch.setattr(trust_module, "PAUSE_SECONDS", 3.0)
     _, _, port = master
     for _ in range(FAILURES_BEFORE_PAUSE):
@@ -200,9 +203,13 @@ def test_an_outsider_paused_for_malformed_starts_is_turned_away_unheard_until_it
             sock.sendall(WRONG_SIDE)
             sock.settimeout(5)
             assert sock.recv(4096) == b""  # closed unanswered
+    with connected_from("127.0.0.40", port, 5) as held:
+        held.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            held.recv(1)  # held open, unread
     assert answer_to_a_start("127.0.0.40", port) == b""  # paused: even a well-formed start is not read
     assert answer_to_a_start("127.0.0.41", port) != b""  # another address is answered meanwhile
-    deadline = Deadline(15, "127.0.0.40's pause to end")
+    deadline = Deadline(30, "127.0.0.40's pause to end")
     backoff = Backoff(deadline, most=MAX_CONNECT_BACKOFF_SECONDS)
     while answer_to_a_start("127.0.0.40", port) == b"":  # heard again once its pause is over
         assert backoff.pause(), deadline.timeout_message()

@@ -13,9 +13,10 @@ reads at most ``HANDSHAKE_LINE_BYTES`` per message, gives it ``FIRST_MESSAGE_SEC
 handshake and ``HANDSHAKE_SECONDS`` for the whole of it; it takes on a bounded number of handshakes at
 once, per peer address and, for addresses that are not the job's own, in all; the job's own addresses
 (this host, the addresses the job's hosts resolve to, those that proved membership) keep places of their
-own. It pauses a peer whose handshakes keep failing (trust.py: ``Admission``): while the pause lasts its
-connections are closed as soon as they are accepted, before any thread or read. It logs the first failure
-of each peer and a count of the rest.
+own. It pauses a peer whose handshakes keep failing (trust.py: ``Admission``): while the pause lasts, an
+outsider's connections are held unread for ``PARK_SECONDS`` (a bounded number of them), so that a client
+holding connections open does not open the next at once; a connection turned away for want of a place
+is closed at once. It logs the first failure of each peer and a count of the rest.
 
 Mismatched keys: a peer that refuses the master's proof (``PakeRefused``) while claiming one of the job's
 worker hosts, from an address that host's name resolves to, is taken for that host with another key (a
@@ -32,11 +33,14 @@ keepalive catches a peer that vanished without closing its socket.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
+import resource
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from sagetrain.config.job_secret import MEMBERSHIP_INPUTS
@@ -73,6 +77,12 @@ ACCEPT_PAUSE_SECONDS = 0.05
 # net.core.somaxconn (4,096 by default since Linux 5.4): a burst of them (outsiders' connections, a large
 # job's rank launchers reporting at once) waits there instead of having the kernel drop a member's.
 LISTEN_BACKLOG = 4096
+# A paused outsider's connection is held this long before it is closed: its client, holding connections
+# open, waits instead of opening the next (closed at once, a flood of 23 addresses on a 2-core machine
+# made 1,800 connections a second). At most a quarter of the process's file descriptors (and 1,024) are
+# held so; past that, the oldest is closed.
+PARK_SECONDS = 5.0
+MAX_PARKED = 1024
 
 
 def resolve_ipv4(host: str) -> frozenset[str]:
@@ -106,6 +116,43 @@ def host_list_mismatch(host: str, theirs: Sequence[str], ours: Sequence[str]) ->
         f"host {host}'s resourceconfig.json lists hosts {listed} but the master's lists {', '.join(ours)}; "
         'give every host of the job the same "hosts" list'
     )
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class _Parked:
+    """Connections held unread until their time is up, at most ``most`` (the oldest closed first)."""
+
+    def __init__(self, most: int) -> None:
+        self._most = most
+        self._held: collections.deque[tuple[float, socket.socket]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def park(self, sock: socket.socket, until: float) -> None:
+        with self._lock:
+            self._held.append((until, sock))
+            while len(self._held) > self._most:
+                _close(self._held.popleft()[1])
+
+    def release_due(self, now: float) -> float | None:
+        """Close those whose time is up; the seconds until the next one's is, None when none is held."""
+        with self._lock:
+            while self._held and self._held[0][0] <= now:
+                _close(self._held.popleft()[1])
+            return self._held[0][0] - now if self._held else None
+
+    def close_all(self) -> None:
+        with self._lock:
+            while self._held:
+                _close(self._held.popleft()[1])
+
+
+def _parking_places() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_PARKED if soft == resource.RLIM_INFINITY else max(0, min(MAX_PARKED, soft // 4))
 
 
 class CoordinatorServer:
@@ -150,6 +197,7 @@ class CoordinatorServer:
         self._closed = threading.Event()
         self._changed = threading.Condition()
         self._resolve_wanted = threading.Event()  # a connection was turned away: look the workers up
+        self._parked = _Parked(_parking_places())
 
     def start(self) -> int:
         """Listen; returns the bound port."""
@@ -198,7 +246,10 @@ class CoordinatorServer:
         assert self._listener is not None
         while not self._closed.is_set():
             try:
+                self._listener.settimeout(self._parked.release_due(time.monotonic()))
                 sock, address = self._listener.accept()
+            except TimeoutError:
+                continue  # a held connection's time is up
             except OSError as error:
                 if self._closed.is_set() or error.errno not in _ACCEPT_RETRIES:
                     return  # closed under us
@@ -215,8 +266,10 @@ class CoordinatorServer:
             from_this_host = False
         if not self._admission.begin(peer, own=from_this_host):
             self._resolve_wanted.set()
-            with contextlib.suppress(OSError):
-                sock.close()
+            if self._admission.paused_outsider(peer):
+                self._parked.park(sock, time.monotonic() + PARK_SECONDS)
+            else:
+                _close(sock)
             return
         try:
             wire.enable_keepalive(sock)
@@ -366,6 +419,7 @@ class CoordinatorServer:
         if self._listener is not None:
             with contextlib.suppress(OSError):
                 self._listener.close()
+        self._parked.close_all()
         for connection in connections:
             connection.close()
         refused = self._admission.refusals()

@@ -370,6 +370,12 @@ class Admission:
         if state.failures >= FAILURES_BEFORE_PAUSE:
             state.failures, state.paused_until = 0, self.clock() + PAUSE_SECONDS
 
+    def paused_outsider(self, peer: str) -> bool:
+        """Whether ``peer`` is an address not the job's own, paused now."""
+        with self._lock:
+            state = self._peers.get(peer)
+            return state is not None and not state.the_jobs and self.clock() < state.paused_until
+
     def refusals(self) -> dict[str, int]:
         """{peer: connections refused or failed since the last call}, and forget them."""
         with self._lock:
