@@ -232,12 +232,15 @@ def open_authenticated(
     first: WireMessage,
     deadline: Deadline,
     catalogue: Catalogue = CORE,
+    side: PeerSide | None = None,
 ) -> Connection:
     """A member's side of the handshake, then ``first``; the connection, secure, reading the messages of
-    ``catalogue``. Raises HandshakeFailed when the master does not prove membership of the job, OSError
-    when the connection breaks first."""
+    ``catalogue``. ``side``: this host's side, made before connecting, so that its first message (whose
+    SPAKE2 work takes milliseconds of CPU, more on a busy host) goes out as soon as it is connected: the
+    master waits a second for it (server.py). Raises HandshakeFailed when the master does not prove
+    membership of the job, OSError when the connection breaks first."""
     connection = Connection(sock, catalogue)
-    side = PeerSide(host, key)
+    side = side or PeerSide(host, key)
     connection.send(side.start())
     reply = connection.receive(deadline)
     if reply is None:
