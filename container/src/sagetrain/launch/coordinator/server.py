@@ -69,7 +69,7 @@ HANDSHAKE_SECONDS = 10.0
 FIRST_MESSAGE_SECONDS = 1.0
 # How often, at most, the master looks up the addresses of the job's worker hosts that have not joined yet
 # (a host's name may resolve only once its container is up). It looks only when it turns a connection
-# away: until then every address is heard, and a quiet job makes no lookups.
+# away or one fails its handshake: until then every address is heard, and a quiet job makes no lookups.
 RESOLVE_SECONDS = 1.0
 # When the master's process is out of file descriptors, it waits this long before it accepts again.
 ACCEPT_PAUSE_SECONDS = 0.05
@@ -219,8 +219,8 @@ class CoordinatorServer:
 
     def _resolve_loop(self) -> None:
         """Learn the addresses of the worker hosts that have not joined yet, when a connection was turned
-        away (at most every RESOLVE_SECONDS): a worker refused for want of a place gets its own on its
-        next try."""
+        away or failed its handshake (at most every RESOLVE_SECONDS): a worker refused for want of a place
+        gets its own on its next try, and one whose start came late is not paused for it."""
         if self._resolve is _resolves_nowhere:
             return
         while self._resolve_wanted.wait() and not self._closed.is_set():
@@ -314,6 +314,7 @@ class CoordinatorServer:
         first = self._admission.end(peer, outcome)
         if outcome is HandshakeEnd.UNANSWERED:
             return
+        self._resolve_wanted.set()  # a worker's address not known yet is not paused for a slow start
         if isinstance(failed, ProofRefused) and self._is_address_of(failed.host, peer):
             differ = keys_differ(failed.host, peer)
             log.error("%s", differ)
