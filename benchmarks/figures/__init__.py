@@ -6,10 +6,12 @@ from figures import (
     allreduce,
     channel_read,
     coordinator_cost,
+    coordinator_crowd,
     entry_overhead,
     hosts,
     image_sizes,
     large_files,
+    masking,
     mwms_trainer_vs_fit,
     mwms_vs_horovod,
     rendezvous,
@@ -36,5 +38,7 @@ FIGURES: dict[int, ModuleType] = {
         coordinator_cost,
         small_files,
         large_files,
+        coordinator_crowd,
+        masking,
     )
 }

@@ -77,6 +77,19 @@ def each(*edits: Callable[[Path], None]):
     return apply
 
 
+def raw_member(name: str, key: str, json_text: str):
+    """Add ``"key": json_text`` to a configuration file as written: JSON this test's Python could not
+    write itself (a number longer than it converts to text)."""
+
+    def apply(workdir: Path) -> None:
+        path = config(workdir / "algo-1", name)
+        text = path.read_text().strip()
+        body = text[1:-1].strip()
+        path.write_text("{" + body + (", " if body else "") + json.dumps(key) + ": " + json_text + "}")
+
+    return apply
+
+
 def drop_hyperparameter(key: str):
     return edit_json("hyperparameters.json", lambda hps: hps.pop(key))
 
@@ -111,6 +124,7 @@ TWO_HOSTS = {"sagemaker_mpi_enabled": True, "sagetrain_worker_wait_seconds": 15}
 
 RC, HP, IDC = "resourceconfig.json", "hyperparameters.json", "inputdataconfig.json"
 DEEP = "[" * 100_000 + "]" * 100_000
+LONG_NUMBER = "9" * 5_000  # more digits than Python converts (4,300)
 END_GRACE_S = 60
 
 
@@ -136,12 +150,23 @@ CASES_TABLE = [
          (HP, "too deeply")),
     Case("host-name-with-newline", "config", resource_field("hosts", ["algo-1", "algo-2\nx"]),
          ("hosts", "not a host name")),
+    Case("resourceconfig-long-number", "config", raw_member(RC, "x", LONG_NUMBER),
+         (RC, "'x'", "5,000 digits")),
+    Case("inputdataconfig-long-number", "config", raw_member(IDC, "x", LONG_NUMBER),
+         (IDC, "'x'", "5,000 digits")),
+    Case("hyperparameters-long-number", "config", raw_member(HP, "epochs", LONG_NUMBER),
+         (HP, "'epochs'", "5,000 digits")),
     # hyperparameters
     Case("program-missing", "hyperparameters", drop_hyperparameter("sagemaker_program"),
          ("sagemaker_program",)),
     Case("processes-per-host-not-int", "hyperparameters",
          set_hyperparameters(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host="two"),
          ("sagemaker_mpi_num_of_processes_per_host",)),
+    Case("processes-per-host-a-billion", "hyperparameters",
+         set_hyperparameters(
+             sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=1_000_000_000
+         ),
+         ("sagemaker_mpi_num_of_processes_per_host", "1000000000", "8 processes")),
     Case("processes-per-host-zero", "hyperparameters",
          set_hyperparameters(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=0),
          ("sagemaker_mpi_num_of_processes_per_host",)),

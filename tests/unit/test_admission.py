@@ -1,6 +1,7 @@
-"""Which connections the master's coordinator takes on: bounded handshakes in all and per peer, at most
-three guesses of a key per pause for an address that has never proved membership, and refusals counted
-for one summary line."""
+"""Which connections the master's coordinator takes on: bounded handshakes in all and per peer, places of
+their own for the job's own addresses, at most three guesses of a key per pause for an address that has
+never proved membership, a pause too for an outsider whose connections send no handshake, and refusals
+counted for one summary line."""
 
 from sagetrain.launch.coordinator.trust import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS, Admission, HandshakeEnd
 
@@ -90,3 +91,30 @@ def test_a_handshake_begun_before_a_pause_is_not_answered_during_it():
     admission.end("10.0.0.9", HandshakeEnd.UNANSWERED)
     clock.now += PAUSE_SECONDS
     assert failed_once(admission, "10.0.0.9") is False  # heard again after the pause
+
+
+def test_the_jobs_own_addresses_keep_places_no_other_address_can_take():
+    admission = Admission(clock=Clock(), max_handshakes=4, max_per_peer=2)
+    admission.recognise(["10.0.0.2"])  # algo-2, as its name resolves
+    assert all(admission.begin(f"10.0.1.{index}") for index in range(4))  # outsiders fill their places
+    assert not admission.begin("10.0.1.9")
+    assert admission.begin("10.0.0.2") and admission.begin("10.0.0.2")  # the job's own still get in
+    assert not admission.begin("10.0.0.2")  # within its cap per address
+    assert admission.begin("10.0.0.1", own=True)  # a connection from this host
+    admission.end("10.0.0.2", HandshakeEnd.PROVED)
+    assert not admission.begin("10.0.1.9")  # a member's handshake gave back no outsider's place
+
+
+def test_an_outsider_whose_connections_send_no_handshake_is_paused_the_jobs_own_address_is_not():
+    clock = Clock()
+    admission = Admission(clock=clock)
+    admission.recognise(["10.0.0.2"])
+    for peer in ("10.0.1.7", "10.0.0.2"):
+        for _ in range(FAILURES_BEFORE_PAUSE):  # silent, malformed: nothing answered
+            assert admission.begin(peer)
+            admission.end(peer, HandshakeEnd.MALFORMED)
+    assert not admission.begin("10.0.1.7")  # paused, as after three wrong guesses
+    assert admission.begin("10.0.0.2") and admission.may_answer("10.0.0.2")  # a guess left: none was tested
+    assert admission.refusals() == {"10.0.1.7": FAILURES_BEFORE_PAUSE + 1, "10.0.0.2": FAILURES_BEFORE_PAUSE}
+    clock.now += PAUSE_SECONDS
+    assert admission.begin("10.0.1.7")

@@ -403,6 +403,35 @@ def test_text_no_environment_or_file_name_can_carry_is_refused_naming_file_and_f
     assert "\n" not in error.value.cause and "\x00" not in error.value.cause
 
 
+LONG = "9" * 5_000  # more digits than Python reads into an integer (sys.get_int_max_str_digits: 4,300)
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "field"),
+    [
+        (HP, "{" + PROGRAM + ', "epochs": ' + LONG + "}", "'epochs'"),
+        (HP, "{" + PROGRAM + ', "x": [1, {"y": -' + LONG + "}]}", "'x[1].y'"),
+        ("resourceconfig.json", '{"current_host": "algo-1", "hosts": ["algo-1"], "x": ' + LONG + "}", "'x'"),
+        ("inputdataconfig.json", '{"train": {"TrainingInputMode": "File", "n": ' + LONG + "}}", "'train.n'"),
+    ],
+)  # fmt: skip
+def test_a_number_longer_than_python_reads_is_refused_naming_file_and_field(tmp_path, file, text, field):
+    write_tree(tmp_path, raw={file: text})
+    with pytest.raises(UserError) as error:
+        load_job_config(tmp_path, check_channels=False)
+    path = tmp_path / "input" / "config" / file
+    assert error.value.cause == (
+        f"{path} field {field} holds a number 5,000 digits long, more than the 4,300 digits Python reads; "
+        "no file SageMaker writes holds one: give the value as a string, or a shorter number"
+    )
+
+
+def test_a_number_as_long_as_python_reads_is_read(tmp_path):
+    text = '{"current_host": "algo-1", "hosts": ["algo-1"], "x": ' + "9" * 4_300 + "}"
+    write_tree(tmp_path, raw={"resourceconfig.json": text})
+    assert load_job_config(tmp_path, check_channels=False).resources.hosts == ("algo-1",)
+
+
 def test_a_job_without_a_tensorboard_output_config_has_no_tensorboard_folder(tmp_path):
     write_tree(tmp_path)
     assert read_tensorboard_dir(Paths(tmp_path)) is None

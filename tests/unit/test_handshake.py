@@ -8,7 +8,13 @@ import base64
 
 import pytest
 from sagetrain.config.job_secret import Membership
-from sagetrain.launch.coordinator.trust import HandshakeFailed, MasterSide, PeerSide, SessionKeys
+from sagetrain.launch.coordinator.trust import (
+    HandshakeFailed,
+    MasterSide,
+    PeerSide,
+    SessionKeys,
+    start_problem,
+)
 from sagetrain.launch.coordinator.wire import PakeProof, PakeReply, PakeStart
 from spake2 import SPAKE2_B
 from spake2.parameters.ed25519 import ParamsEd25519 as DefaultParams
@@ -143,3 +149,29 @@ def test_spake2_itself_refuses_a_reflected_message():
     message = side.start()
     with pytest.raises((SPAKEError, ValueError)):
         side.finish(message)
+
+
+@pytest.mark.parametrize(
+    ("start", "problem"),
+    [
+        (PakeStart("", "QUJD"), "a host name that is empty or longer than 255 characters"),
+        (PakeStart("a" * 256, "QUJD"), "a host name that is empty or longer than 255 characters"),
+        (PakeStart(HOST, "not base64!"), "a SPAKE2 message that is not base64"),
+        (PakeStart(HOST, "é"), "a SPAKE2 message that is not base64"),
+        (PakeStart(HOST, "QUJD"), "a SPAKE2 message that is not a peer's (its length, or its side)"),
+        (
+            PakeStart(HOST, base64.b64encode(b"A" + bytes(32)).decode()),
+            "a SPAKE2 message that is not a peer's",
+        ),
+        (
+            PakeStart(HOST, base64.b64encode(b"X" + bytes(32)).decode()),
+            "a SPAKE2 message that is not a peer's",
+        ),
+    ],
+)
+def test_a_start_that_is_no_peers_spake2_message_is_told_without_spake2_work(start, problem):
+    assert (start_problem(start) or "").startswith(problem)
+
+
+def test_a_real_peers_start_has_no_problem():
+    assert start_problem(PeerSide(HOST, TRUE_KEY).start()) is None

@@ -64,6 +64,28 @@ def test_mpi_enabled_with_processes_per_host():
     )
 
 
+@pytest.mark.parametrize(("gpus", "cpus", "most"), [(0, 2, 16), (8, 96, 768), (8, 4, 64)])
+def test_processes_per_host_are_bounded_by_eight_per_cpu_or_gpu(gpus, cpus, most):
+    at_most = JobSettings(enabled_engines=MPI, mpi_processes_per_host=most)
+    assert make_plan(resources(), at_most, gpus, cpus).processes_per_host == most
+    over = JobSettings(enabled_engines=MPI, mpi_processes_per_host=1_000_000_000)
+    with pytest.raises(UserError) as error:
+        make_plan(resources(), over, gpus, cpus)
+    assert error.value.cause == (
+        f"hyperparameter sagemaker_mpi_num_of_processes_per_host is 1000000000, more than 8 processes for "
+        f"each of this host's {cpus} CPUs and {gpus} GPUs ({most} at most); lower it: one rank per GPU, or "
+        "per CPU core on a CPU instance, is usual"
+    )
+    # Without MPI enabled the count still decides the ranks (auto: Horovod): bounded the same way.
+    with pytest.raises(UserError, match="sagemaker_mpi_num_of_processes_per_host is 1000000000"):
+        make_plan(resources(), JobSettings(mpi_processes_per_host=1_000_000_000), gpus, cpus)
+
+
+def test_processes_per_host_are_not_bounded_when_the_hosts_cpus_are_not_known():
+    settings = JobSettings(enabled_engines=MPI, mpi_processes_per_host=1000)
+    assert make_plan(resources(), settings, gpus_per_host=0).processes_per_host == 1000
+
+
 def test_mpi_num_processes_fewer_than_slots():
     plan = make_plan(resources(TWO), JobSettings(enabled_engines=MPI, mpi_num_processes=3), gpus_per_host=2)
     assert (plan.total_processes, plan.processes_on(TWO[0]), plan.processes_on(TWO[1])) == (3, 2, 1)

@@ -3,6 +3,8 @@
 import io
 import json
 import logging
+import random
+import re
 import shlex
 import stat
 
@@ -14,10 +16,12 @@ from sagetrain.contracts import RunDir
 from sagetrain.errors import UserError
 from sagetrain.plan.mpi_command import forwarded_env_names
 from sagetrain.redact import (
+    ANCHOR_CHARACTERS,
     MASK,
     CommandLine,
     RedactingFilter,
     Redactor,
+    forms,
     looks_secret,
     secret_option_texts,
     secret_option_values,
@@ -185,6 +189,47 @@ def test_every_form_a_secret_takes_is_masked():
     for text in texts:
         masked = redact(text)
         assert "SECRET" not in masked and MASK in masked, text
+
+
+def one_alternation(secrets: list[str]) -> re.Pattern[str]:
+    """What the masking finds, stated plainly: one alternation of every form of every secret, longest
+    first (what the redactor once compiled, and too slow to compile at SageMaker's limits)."""
+    every = set().union(*map(forms, secrets))
+    return re.compile("|".join(map(re.escape, sorted(every, key=lambda form: (-len(form), form)))))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_masking_finds_what_one_alternation_of_every_form_finds(seed):
+    """Secrets that share their first characters, hold one another, overlap in the text, are shorter or
+    longer than an anchor and hold what escaping acts on: masked exactly as the plain alternation
+    masks them."""
+    rng = random.Random(seed)
+    alphabet = ["a", "b", "'", '"', "\\", "é", "😀", " ", "\n"]
+    stem = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, ANCHOR_CHARACTERS + 2)))
+    secrets = [stem + "".join(rng.choice(alphabet) for _ in range(rng.randint(4, 14))) for _ in range(4)]
+    secrets.append(secrets[0][: rng.randint(4, len(secrets[0]))])  # one that begins another
+    redact = Redactor.of(secrets)
+    reference = one_alternation(list(redact.secrets))
+    for _ in range(20):
+        pieces = [rng.choice([*forms(rng.choice(secrets)), *alphabet, "xy", " ab"]) for _ in range(12)]
+        text = "".join(pieces)
+        assert redact(text) == reference.sub(MASK, text), (secrets, text)
+
+
+def test_a_secret_at_sagemakers_limits_is_masked_in_every_form_and_only_there():
+    """100 secret-named values of 2,500 characters full of quotes and non-ASCII (the redactor builds its
+    pattern for these in well under a second; benchmarks/ measures it)."""
+    rng = random.Random(7)
+    alphabet = [*"abcdefghij0123456789", "'", '"', "\\", "é", "中", "😀", " ", "\n"]
+    values = {f"api_token_{n}": "".join(rng.choice(alphabet) for _ in range(2500)) for n in range(100)}
+    redact = Redactor.for_job(values, (), {})
+    assert len(redact.secrets) == 100
+    secret = values["api_token_42"]
+    for form in (secret, json.dumps(secret), repr(secret), shlex.quote(secret), json.dumps(repr(secret))):
+        masked = redact(f"before {form} after")
+        assert masked.startswith("before ") and masked.endswith(" after") and MASK in masked
+        assert len(masked) < 25, masked  # at most the quotes around the form are left
+    assert redact("before " + secret[:-1] + " after") == "before " + secret[:-1] + " after"
 
 
 def test_an_argv_is_masked_argument_by_argument_before_it_is_joined():

@@ -24,6 +24,8 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     ),
     "sagetrain.config.job_secret": frozenset({"Membership"}),
     "sagetrain.report.verdict": frozenset({"SUCCESS"}),
+    # Figure 16: masking at SageMaker's limits, and the former method from the same forms.
+    "sagetrain.redact": frozenset({"MASK", "Redactor", "forms"}),
     # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches).
     "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
     "sagetrain.trainer.job": frozenset({"trainer_job"}),

@@ -91,6 +91,33 @@ CASES = {
         ),
         "resourceconfig.json field hosts lists 2,049 hosts, more than the 2,048 this image runs",
     ),
+    "a number longer than Python reads, in resourceconfig.json": (
+        GOOD,
+        lambda t: t.write_config(
+            "resourceconfig.json",
+            '{"current_host": "algo-1-abcde", "hosts": ["algo-1-abcde"], "x": ' + "1" * 5000 + "}",
+        ),
+        "resourceconfig.json field 'x' holds a number 5,000 digits long, more than the 4,300 digits Python "
+        "reads; no file SageMaker writes holds one: give the value as a string, or a shorter number",
+    ),
+    "a number longer than Python reads, in inputdataconfig.json": (
+        GOOD,
+        lambda t: t.write_config("inputdataconfig.json", '{"train": {"n": ' + "1" * 5000 + "}}"),
+        "inputdataconfig.json field 'train.n' holds a number 5,000 digits long",
+    ),
+    "a number longer than Python reads, in hyperparameters.json": (
+        GOOD,
+        lambda t: t.write_config(
+            "hyperparameters.json", '{"sagemaker_program": "\\"train.py\\"", "epochs": ' + "1" * 5000 + "}"
+        ),
+        "hyperparameters.json field 'epochs' holds a number 5,000 digits long",
+    ),
+    "a billion processes per host": (
+        {**GOOD, "sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1_000_000_000},
+        None,
+        "hyperparameter sagemaker_mpi_num_of_processes_per_host is 1000000000, more than 8 processes for "
+        "each of this host's",
+    ),
     "SMDDP requested": (
         {**GOOD, "sagemaker_distributed_dataparallel_enabled": True},
         None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +28,63 @@ def read_json_object(path: Path, *, required: bool = True, too_large_hint: str =
         ) from None
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"{path} cannot be read: {error}") from None
+    value = _parsed(text, path)
+    if not isinstance(value, dict):
+        raise UserError(f"{path} must hold a JSON object, found {type(value).__name__}")
+    check_texts(value, path)
+    return value
+
+
+def _parsed(text: str, path: Path) -> Any:
     try:
-        value = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise UserError(
             f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); fix the file"
         ) from None
     except RecursionError:
         raise UserError(f"{path} nests JSON arrays or objects too deeply to read; flatten it") from None
-    if not isinstance(value, dict):
-        raise UserError(f"{path} must hold a JSON object, found {type(value).__name__}")
-    check_texts(value, path)
-    return value
+    except ValueError:  # the one other error json raises: an integer past Python's digit limit
+        raise _long_number_error(text, path) from None
+
+
+@dataclass(frozen=True)
+class _LongInteger:
+    """Where an integer stood that has more digits than Python converts (sys.get_int_max_str_digits)."""
+
+    digits: int
+
+
+def _integer(text: str) -> int | _LongInteger:
+    try:
+        return int(text)
+    except ValueError:
+        return _LongInteger(len(text.lstrip("-")))
+
+
+def long_integer_field(document: Any) -> tuple[str, int] | None:
+    """(the field, its digits) of the first integer too long for Python in a document read with
+    ``parse_int=_integer``; None when it holds none. Iterative, as deep as JSON nests."""
+    pending: list[tuple[str, Any]] = [("", document)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, _LongInteger):
+            return where, value.digits
+        if isinstance(value, dict):
+            pending.extend((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+    return None
+
+
+def _long_number_error(text: str, path: Path) -> UserError:
+    found = long_integer_field(json.loads(text, parse_int=_integer))
+    where = f"{path} field {found[0]!r}" if found and found[0] else str(path)
+    digits = f" {found[1]:,} digits long" if found else ""
+    return UserError(
+        f"{where} holds a number{digits}, more than the {sys.get_int_max_str_digits():,} digits Python "
+        "reads; no file SageMaker writes holds one: give the value as a string, or a shorter number"
+    )
 
 
 def quoted(value: object, limit: int = 80) -> str:

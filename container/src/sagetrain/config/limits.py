@@ -42,6 +42,9 @@ MAX_CHANNELS = 100
 # characters, local mode's algo-N-xxxxx 29,613.
 MAX_HOSTS = 2_048  # 16,384 GPUs on 8-GPU instances
 MAX_HOST_NAME_CHARACTERS = 32_768  # all host names together
+# Ranks per host (sagemaker_mpi_num_of_processes_per_host): one per GPU, or per CPU core, is usual; past a
+# few per device they only contend, and mpirun tries to start however many it is given (a billion hangs it).
+MAX_PROCESSES_PER_CPU_OR_GPU = 8
 
 # The largest file SageMaker writes is a tuning job's hyperparameters.json at those limits: 100 static
 # entries of 256 + 2,500 characters and 101 tuned of 256 + 256 are under 3.93 MB even if every character

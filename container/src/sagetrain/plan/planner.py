@@ -13,6 +13,7 @@ from sagetrain.config.hyperparameters import (
     JobSettings,
     LaunchSettings,
 )
+from sagetrain.config.limits import MAX_PROCESSES_PER_CPU_OR_GPU
 from sagetrain.config.resources import ResourceConfig
 from sagetrain.engines import ZERO_CONFIG_DISTRIBUTED, Engine, Layout
 from sagetrain.errors import UserError
@@ -47,6 +48,19 @@ def _named_engine(settings: JobSettings) -> Engine | None:
         keys = " and ".join(str(engine.entry.enabled_by) for engine in settings.enabled_engines)
         raise UserError(f"hyperparameters enable more than one distribution engine ({keys}); enable one")
     return settings.enabled_engines[0] if settings.enabled_engines else None
+
+
+def check_processes_per_host(asked: int | None, gpus: int, cpus: int) -> None:
+    """Refuse more ranks per host than MAX_PROCESSES_PER_CPU_OR_GPU times the host's CPUs or GPUs, the more
+    numerous (``cpus`` 0: not known, nothing refused): mpirun would try to start them all, and hang. Pure."""
+    most = MAX_PROCESSES_PER_CPU_OR_GPU * max(cpus, gpus)
+    if asked is None or cpus <= 0 or asked <= most:
+        return
+    raise UserError(
+        f"hyperparameter {PROCESSES_PER_HOST_KEY} is {asked}, more than {MAX_PROCESSES_PER_CPU_OR_GPU} "
+        f"processes for each of this host's {cpus} CPUs and {gpus} GPUs ({most} at most); lower it: one rank "
+        "per GPU, or per CPU core on a CPU instance, is usual"
+    )
 
 
 def _choose_engine(named: Engine | None, hosts: int, slots: int) -> tuple[Engine, str]:
@@ -127,6 +141,7 @@ def _distribution_plan(
             engine=engine, hosts=hosts, master=hosts[0], role=role, processes_per_host=1,
             total_processes=len(hosts), reasons=(reason,),
         )  # fmt: skip
+    check_processes_per_host(settings.mpi_processes_per_host, gpus_per_host, cpus_per_host)
     total = settings.mpi_num_processes or len(hosts) * slots
     if total > len(hosts) * slots:
         raise UserError(

