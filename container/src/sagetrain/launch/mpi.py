@@ -159,7 +159,7 @@ class MpiMaster:
         hellos = self._coordinator.wait_for_workers(spec.worker_wait, until_ready=False)
         # Before mpirun opens a port here; a worker reports ready once it has written its own.
         write_job_members(spec.members_filter, spec.run_dir, self._coordinator.share_members())
-        self._coordinator.wait_for_workers(spec.worker_wait, until_ready=True)
+        self._coordinator.wait_until_ready(spec.worker_wait)
         if hellos:
             host_keys = {host: hello.ssh_host_key for host, hello in hellos.items()}
             self._files.known_hosts.write_text(known_hosts_text(host_keys, self._spec.plan.launch.ssh_port))

@@ -120,6 +120,13 @@ class MasterCoordinator:
         deadline = deadline_for(f"worker hosts to join master host {self._job.master} on port {self.port}")
         return wait_for_hosts(self._events, workers, until_ready=until_ready, deadline=deadline)
 
+    def wait_until_ready(self, deadline_for: DeadlineFor) -> None:
+        """Once every worker joined (``wait_for_workers``): until every one of them reported ready."""
+        workers = self._job.workers
+        if workers:
+            deadline = deadline_for(f"worker hosts to report ready to master host {self._job.master}")
+            wait_for_hosts(self._events, workers, until_ready=True, deadline=deadline)
+
     def send_to(self, host: str, message: WireMessage) -> None:
         """Send ``message`` to a joined worker (OSError when its connection broke)."""
         self._server.send_to(host, message)
