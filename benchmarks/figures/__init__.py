@@ -3,6 +3,7 @@
 from types import ModuleType
 
 from figures import (
+    accept_cost,
     allreduce,
     channel_read,
     coordinator_cost,
@@ -36,5 +37,6 @@ FIGURES: dict[int, ModuleType] = {
         coordinator_cost,
         small_files,
         large_files,
+        accept_cost,
     )
 }

@@ -9,7 +9,8 @@
  * The members are the addresses listed, one per line, in the job's members file: <run folder>/<name>, the
  * run folder being $RUN_DIR_VAR or DEFAULT_RUN_DIR. The launcher writes it from the addresses the hosts
  * proved membership of the job from, on the coordinator's authenticated connections, before any port of
- * the job opens. Until it exists no address but loopback is a member. A file replaced later is read again.
+ * the job opens. Until it exists no address but loopback is a member. A file written or replaced later is
+ * read again when an address it may list knocks; an address once admitted stays so for the process.
  *
  * Connections of the local families (AF_UNIX) are the host's own and pass. Other families than
  * AF_INET/AF_INET6/AF_UNIX are refused.
@@ -176,14 +177,20 @@ static struct members *members_now(void) {
     return fresh;
 }
 
-static int is_member(const struct in6_addr *address) {
-    const struct members *members = members_now();
+static int listed(const struct members *members, const struct in6_addr *address) {
     for (size_t i = 0; members != NULL && i < members->count; i++) {
         if (memcmp(&members->addresses[i], address, sizeof *address) == 0) {
             return 1;
         }
     }
     return 0;
+}
+
+/* A member of the list already read is taken without a system call (a stat costs more than the rest of
+ * accepting: microseconds on some hosts); only an address not in it makes the file be looked at again.
+ * During a job the list only grows (none, then every host), so that is all a change can bring. */
+static int is_member(const struct in6_addr *address) {
+    return listed(atomic_load(&current_members), address) || listed(members_now(), address);
 }
 
 static int is_loopback(const struct in6_addr *address) {
