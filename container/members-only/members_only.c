@@ -329,6 +329,9 @@ static int accept_member(int listener, struct sockaddr *address, socklen_t *leng
             give_address(&peer, peer_length, address, length);
             return connection;
         }
+        /* As if the refused connection had never come: a non-blocking listener (the frameworks', sshd's)
+         * says EAGAIN when no other waits, a blocking one waits for the next. No error is made up: a
+         * program's accept loop that stops on an error would hand an outsider a way to stop it. */
         refuse(listener, connection, &peer);
         errno = saved;
     }
