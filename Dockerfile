@@ -17,7 +17,8 @@
 # headers) → wheels built in the builder (sagemaker-training, Horovod) → GPU only: EFA's NCCL plugin
 # (aws-ofi-nccl) and libfabric's tools → packages added later (container/pins/python-added.txt:
 # TensorBoard, pandas, scikit-learn, OpenCV, TensorFlow Datasets and Text, the AWS CLI…) → Horovod
-# Python patches → Keras patches → sagetrain → entrypoints.
+# Python patches → Keras patches → the parameter server's user → sagetrain → entrypoints and the
+# members-only library.
 
 ARG BASE_IMAGE=debian:bookworm-slim
 ARG DEVICE=gpu
@@ -129,6 +130,16 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
         --cuda-home /opt/cuda-home --out /opt/aws-ofi-nccl \
         ${AWS_OFI_NCCL_ARCHIVE:+--archive "/run/build/third-party/${AWS_OFI_NCCL_ARCHIVE}"}
 
+# Members-only ports: the library every process of a job preloads, so the job's ports take connections
+# from the job's hosts and loopback alone (container/members-only/members_only.c). Built with the names it
+# shares with sagetrain (container/src/sagetrain/contracts.py).
+FROM builder-base AS members-only
+RUN --mount=type=bind,source=container/members-only,target=/run/build/members-only \
+    --mount=type=bind,source=container/src,target=/run/build/src \
+    --mount=type=bind,source=container/build-steps/build-members-only,target=/run/build/build-members-only \
+    /run/build/build-members-only --source /run/build/members-only/members_only.c \
+        --package-src /run/build/src --out /out/libsagetrain-members-only.so
+
 ############################################################################## runtime
 FROM os AS runtime-base
 COPY --from=frameworks-slim /opt/venv /opt/venv
@@ -207,6 +218,11 @@ RUN --mount=type=bind,source=container/keras,target=/run/build/keras \
     echo "keras patches applied: $applied"; \
     if [ "$applied" -gt 0 ]; then python -m compileall -q "$site/keras"; fi
 
+# The user the parameter server task runs as (launch/ps_server.py): no login, no home, in no group of
+# root's, so it can neither read what the job keeps secret nor write where the job keeps anything.
+RUN useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group \
+        sagetrain-ps
+
 # sagetrain: copied out of the read-only bind mount because pip builds in the source tree. The .pth files
 # run at every interpreter start: with SAGETRAIN_LEGACY_KERAS=1, `keras` and `tf.keras` are tf-keras in
 # every process, whoever starts it; the SageMaker SDK v3's drivers are met (sagetrain/sdk/). Each decides
@@ -229,6 +245,7 @@ RUN --mount=type=secret,id=extra_ca_certs,required=false \
 # /usr/local/bin is ahead of /opt/venv/bin on PATH, so our `train` wins over sagemaker-training's
 # console script of the same name (docs/contracts.md says why).
 COPY entrypoints/ /usr/local/bin/
+COPY --from=members-only /out/libsagetrain-members-only.so /usr/local/lib/sagetrain/libsagetrain-members-only.so
 
 ENV SAGEMAKER_TRAINING_MODULE=sagetrain.entry:main \
     PYTHONUNBUFFERED=1 \

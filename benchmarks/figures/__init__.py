@@ -3,6 +3,7 @@
 from types import ModuleType
 
 from figures import (
+    accept_cost,
     allreduce,
     channel_read,
     coordinator_cost,
@@ -40,5 +41,6 @@ FIGURES: dict[int, ModuleType] = {
         large_files,
         coordinator_crowd,
         masking,
+        accept_cost,
     )
 }

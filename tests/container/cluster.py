@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -16,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster.docker import LABEL_JOB, container_name
+from localcluster.docker import LABEL_JOB, container_name, network_name
 from localcluster.dockercli import DockerCli
+from sagetrain.deadline import Deadline
 from sagetrain.launch.rank_output import untagged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,6 +232,27 @@ def run_workdir(
     args = ["--image", image, "--from-workdir", *extra]
     output = tmp_path / f"{job_name}-out"
     return RunningCluster(args, workdir, output, job_name, timeout).wait()
+
+
+def outsider(
+    running: RunningCluster, image: str, tmp_path: Path, name: str, args: list[str], seconds: float
+) -> dict:
+    """cases/attacker/attack.py in a container on the job's network, knowing a copy of the job's
+    configuration files (not its channels' data); what it printed as its ``ATTACK`` line."""
+    known = tmp_path / f"known-{name}" / "input" / "config"
+    shutil.copytree(running.workdir / "algo-2" / "input" / "config", known)
+    container = f"{running.job_name}-{name}"
+    try:
+        output = DOCKER.run(
+            ["run", "--pull", "never", "--name", container, "--network", network_name(running.job_name),
+             "--ulimit", "nofile=4096:4096", "--volume", f"{known.parent.parent}:/attacker/ml:ro",
+             "--volume", f"{CASES / 'attacker'}:/attack:ro", "--entrypoint", "python", image,
+             "/attack/attack.py", *args],
+            Deadline(seconds, f"the outsider {name} to finish"),
+        )  # fmt: skip
+    finally:
+        DOCKER.run(["rm", "--force", container], check=False)
+    return json.loads(output.split("ATTACK ", 1)[1])
 
 
 def exited_on_their_own(result: ClusterResult) -> dict[str, bool]:

@@ -1,7 +1,7 @@
 """What the built image contains: pinned packages that import and agree (`pip check`), what SageMaker users
 import beyond TensorFlow (working offline) and the AWS CLI, Horovod's controllers, the ENTRYPOINT/ENV
-contract of docs/contracts.md, no compilers, no NCCL plugin, a size within its budget, and no secrets or
-private keys in any layer."""
+contract of docs/contracts.md, the members-only library and the parameter server's user, no compilers,
+no NCCL plugin, a size within its budget, and no secrets or private keys in any layer."""
 
 import json
 import re
@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 from conftest import REPO_ROOT, run_in_image
 from sagetrain.config.devices import NCCL_EFA_PLUGIN
+from sagetrain.contracts import MEMBERS_FILTER_LIBRARY
 from sagetrain.deadline import Deadline
+from sagetrain.launch.ps_server import PS_USER
 from user_packages import AWS_CLI_SCRIPT, EXPECTED, USE_SCRIPT, report
 
 PINS = [REPO_ROOT / "container" / "pins" / name for name in ("python.txt", "python-added.txt")]
@@ -201,6 +203,22 @@ def test_mpirun_works_as_root_without_flags(docker_client, cpu_image):
     assert result.exit_code == 0, result.output
     reports = sorted(re.findall(r"rank=(\d) sum=(\d+) size=(\d+)", result.output))
     assert reports == [("0", "3", "2"), ("1", "3", "2")], result.output
+
+
+def test_the_members_only_library_and_the_parameter_server_user_are_in_place(docker_client, cpu_image):
+    """Where the launcher looks for them (sagetrain.contracts, launch/ps_server.py): the library, linked
+    against nothing but the C library, and a user without login, home or a group of root's."""
+    script = (
+        f"test -f {MEMBERS_FILTER_LIBRARY} && echo library; "
+        f"getent passwd {PS_USER} | cut -d: -f3,6,7; id -G {PS_USER}; id -u root"
+    )
+    result = run_in_image(docker_client, cpu_image, ["bash", "-c", script], timeout_s=RUN_DEADLINE_S)
+    assert result.exit_code == 0, result.output
+    library, account, groups, root = result.output.split()
+    uid, home, shell = account.split(":")
+    assert library == "library"
+    assert int(uid) != int(root) and (home, shell) == ("/nonexistent", "/usr/sbin/nologin"), account
+    assert groups != "0" and len(groups.split()) == 1, groups
 
 
 def test_sshd_has_no_host_keys_but_accepts_generated_ones(docker_client, cpu_image):

@@ -12,12 +12,10 @@ outsiders come first), each in a container of its own running cases/attacker/att
 """
 
 import json
-import shutil
 import threading
 
 import pytest
-from cluster import CASES, DOCKER, files_by_host, start_cluster
-from localcluster.docker import network_name
+from cluster import CASES, DOCKER, files_by_host, outsider, start_cluster
 from sagetrain.config.job_secret import CHANNEL_KEY
 from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator.server import HANDSHAKE_SECONDS
@@ -32,25 +30,6 @@ MPI = {
     "sagemaker_mpi_num_of_processes_per_host": 1,
     "sagemaker_container_log_level": 10,
 }
-ATTACKER = CASES / "attacker"
-
-
-def outsider(running, image: str, tmp_path, name: str, args: list[str], seconds: float) -> dict:
-    """attack.py in a container on the job's network, knowing a copy of the job's configuration files."""
-    known = tmp_path / f"known-{name}" / "input" / "config"
-    shutil.copytree(running.workdir / "algo-2" / "input" / "config", known)
-    container = f"{running.job_name}-{name}"
-    try:
-        output = DOCKER.run(
-            ["run", "--pull", "never", "--name", container, "--network", network_name(running.job_name),
-             "--ulimit", "nofile=4096:4096", "--volume", f"{known.parent.parent}:/attacker/ml:ro",
-             "--volume", f"{ATTACKER}:/attack:ro", "--entrypoint", "python", image,
-             "/attack/attack.py", *args],
-            Deadline(seconds, f"the outsider {name} to finish"),
-        )  # fmt: skip
-    finally:
-        DOCKER.run(["rm", "--force", container], check=False)
-    return json.loads(output.split("ATTACK ", 1)[1])
 
 
 def start_job(tmp_path, image, name, **kwargs):

@@ -201,6 +201,8 @@ def test_ranks_a_job_still_puts_on_one_host_of_several_fail_at_once_saying_what_
 
 
 EXCHANGE = "import os; from sagetrain.sdk import ssh; ssh.prepare_for_mpi_driver(os.environ)"
+# As the SDK's MPI driver starts sshd: from the process the image prepared, with its environment.
+EXCHANGE_THEN_SSHD = f"{EXCHANGE}; os.execv('/usr/sbin/sshd', ['/usr/sbin/sshd', '-D', '-e'])"
 SECRET = b"3a9e41c0 the job's secret, in a channel file 7f02"
 CONTAINER_SECONDS = 180
 
@@ -236,14 +238,16 @@ def outsider(docker_client, image, network, tree: Path, args: list[str]) -> dict
     return json.loads(result.output.split("ATTACK ", 1)[1])
 
 
+@pytest.mark.parametrize("members_only", [True, False], ids=["members-only-ports", "open-ports"])
 def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
-    cpu_image, docker_client, internal_network, tmp_path, sdk
+    cpu_image, docker_client, internal_network, tmp_path, sdk, members_only
 ):
     """The job's secret is a channel file. algo-1 and algo-2 make their keys and exchange them as before
-    the SDK's MPI driver; algo-2 then runs the system sshd, algo-1 logs in to it. An outsider that knows
-    the job's whole description, its name included, but not the secret, tries first: it neither joins the
-    exchange as algo-2 nor logs in with a key derived from the description."""
-    hyperparameters = {"epochs": 2, CHANNEL_KEY: "secret"}
+    the SDK's MPI driver; algo-2 then runs the system sshd as the driver does, algo-1 logs in to it. An
+    outsider that knows the job's whole description, its name included, but not the secret, tries first: it
+    neither joins the exchange as algo-2 nor logs in. With members-only ports (the default) sshd resets its
+    connection before saying a word; without them, sshd refuses every key derived from the description."""
+    hyperparameters = {"epochs": 2, CHANNEL_KEY: "secret", "sagetrain_members_only_ports": members_only}
     for host in HOSTS:
         write_host(tmp_path / host, host, sdk, True, hyperparameters, {}, secret=SECRET)
     names = {host: f"sagetrain-test-ssh-{uuid.uuid4().hex[:8]}-{host}" for host in HOSTS}
@@ -251,7 +255,9 @@ def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
     try:
         start_container(
             docker_client, cpu_image, internal_network, names["algo-1"], "algo-1", tmp_path / "algo-1",
-            f'python -c "{EXCHANGE}" && {login}',
+            # It stays up, as the job's master would: a container that ended gives its address up to the
+            # next one the network starts (the outsider).
+            f'python -c "{EXCHANGE}" && {login} && exec sleep {CONTAINER_SECONDS}',
         )  # fmt: skip
         wait_for_line(docker_client, names["algo-1"], b"waiting for algo-2 to send its ssh keys")
         knows_all = ["guess", "--names", "job-a"]  # the job's name too
@@ -259,20 +265,22 @@ def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
         assert guessed["join"] == ["wrong"], guessed
         start_container(
             docker_client, cpu_image, internal_network, names["algo-2"], "algo-2", tmp_path / "algo-2",
-            f'python -c "{EXCHANGE}" && exec /usr/sbin/sshd -D -e',
+            f'python -c "{EXCHANGE_THEN_SSHD}"',
         )  # fmt: skip
-        code = int(
-            docker_client.run(["wait", names["algo-1"]], Deadline(CONTAINER_SECONDS, "algo-1's login"))
-        )
+        wait_for_line(docker_client, names["algo-1"], b"logged-in-as-member")
         logs = {host: docker_client.logs(name) for host, name in names.items()}
-        assert code == 0 and "logged-in-as-member" in logs["algo-1"], logs
         attempt = outsider(
             docker_client, cpu_image, internal_network, tmp_path / "algo-2", ["ssh", "--names", "job-a"]
         )
         assert attempt["login_exit"] == 255, attempt
-        assert "Permission denied (publickey)" in attempt["login_output"], attempt
-        known = docker_client.run(["exec", names["algo-2"], "cat", "/root/.ssh/known_hosts"])
-        assert attempt["host_key"] and attempt["host_key"] in known  # what it sees is the host's own key
+        if members_only:
+            assert "Connection reset by peer" in attempt["login_output"], attempt
+            assert attempt["host_key"] == "", attempt  # not even sshd's banner
+            assert "refused a connection from" in docker_client.logs(names["algo-2"])
+        else:
+            assert "Permission denied (publickey)" in attempt["login_output"], attempt
+            known = docker_client.run(["exec", names["algo-2"], "cat", "/root/.ssh/known_hosts"])
+            assert attempt["host_key"] and attempt["host_key"] in known  # what it sees is the host's own key
         assert "WARNING" not in logs["algo-1"] + logs["algo-2"]
         assert SECRET.decode() not in logs["algo-1"] + logs["algo-2"]
     finally:

@@ -10,6 +10,7 @@ from sagetrain.launch.coordinator.wire import (
     Hello,
     JobVerdict,
     Kind,
+    Members,
     Outcome,
     PakeProof,
     PakeRefused,
@@ -34,6 +35,7 @@ EVERY_KIND = [
     Hello(("algo-1", "algo-2"), "ssh-ed25519 AAAA host"),
     Welcome("ssh-ed25519 AAAA client"),
     Reject("host algo-3 joined twice"),
+    Members(("10.0.0.5", "10.0.0.6")),
     Ready(),
     Outcome(Verdict(1, "train.py exited with code 1", "Traceback…")),
     JobVerdict(Verdict(0)),
@@ -44,7 +46,7 @@ EVERY_KIND = [
 # The SageMaker SDK's key exchange: its own kinds, read only on its connections.
 EVERY_SSH_KIND = [
     SshHello(("algo-1", "algo-2"), "ssh-ed25519 AAAA host", "ssh-ed25519 AAAA client"),
-    SshTrust("algo-1 ssh-ed25519 AAAA\n", "ssh-ed25519 AAAA client\n"),
+    SshTrust("algo-1 ssh-ed25519 AAAA\n", "ssh-ed25519 AAAA client\n", ("10.0.0.5", "10.0.0.6")),
 ]
 
 

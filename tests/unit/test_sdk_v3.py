@@ -175,13 +175,16 @@ def test_the_trust_lists_each_host_with_its_own_host_key_and_admits_every_client
     ]
     assert trust.authorized_keys.splitlines() == [one.client, two.client]
     layout.authorized_keys.write_text("ssh-ed25519 AAAAother someone-else\n")
-    write_trust(trust, layout)
+    write_trust(trust, layout, {"LD_PRELOAD": "/lib/members.so", "SAGETRAIN_RUN_DIR": "/run/job"})
     assert layout.authorized_keys.read_text() == trust.authorized_keys
     assert layout.known_hosts.read_text() == trust.known_hosts
     drop_in = layout.sshd_config.read_text().splitlines()
     assert f"HostKey {layout.host_key}" in drop_in
     assert "PasswordAuthentication no" in drop_in
     assert f"AuthorizedKeysFile {layout.authorized_keys}" in drop_in
+    assert "DisableForwarding yes" in drop_in
+    # Every session (orted, the ranks it starts) preloads the members-only library.
+    assert 'SetEnv "LD_PRELOAD=/lib/members.so" "SAGETRAIN_RUN_DIR=/run/job"' in drop_in
     for private in (layout.authorized_keys, layout.known_hosts):
         assert stat.S_IMODE(private.stat().st_mode) == 0o600
 
@@ -206,7 +209,9 @@ def test_the_hosts_exchange_their_keys_through_the_coordinator_and_trust_the_sam
         on_master = pool.submit(exchange_keys, exchange("127.0.0.1", job, port), master_keys)
         on_worker = pool.submit(exchange_keys, exchange("localhost", job, port), worker_keys)
         trusts = on_master.result(30), on_worker.result(30)
-    assert trusts[0] == trusts[1] == trust_of({"127.0.0.1": master_keys, "localhost": worker_keys})
+    # With the keys, the address each host proved membership from: loopback's, here.
+    expected = trust_of({"127.0.0.1": master_keys, "localhost": worker_keys}, ("127.0.0.1",))
+    assert trusts[0] == trusts[1] == expected
 
 
 def test_a_worker_without_the_jobs_key_gets_no_keys_and_the_master_trusts_none_of_its(tmp_path):

@@ -57,6 +57,13 @@ _MPI_PLACE_VARS = {
 }
 
 DEFAULT_RUN_DIR = Path("/run/sagetrain")
+# Members-only ports (container/members-only/members_only.c): the library every process the job starts
+# preloads, and the file in the run folder that lists the addresses of the job's hosts, one per line. The
+# library finds the file as <$RUN_DIR_VAR or DEFAULT_RUN_DIR>/MEMBERS_FILE_NAME; it is built with these
+# names (members_filter_defines).
+MEMBERS_FILTER_LIBRARY = Path("/usr/local/lib/sagetrain/libsagetrain-members-only.so")
+MEMBERS_FILE_NAME = "members"
+PRELOAD_VAR = "LD_PRELOAD"
 # A variable too long for the environment (see launch/spec.py) is passed as a file: <NAME>_FILE names it.
 FILE_VAR_SUFFIX = "_FILE"
 # The rank launcher's option naming a JSON list of arguments it appends to the program's (arguments too
@@ -117,6 +124,17 @@ class RankPlace:
 
 
 ONE_PROCESS = RankPlace(rank=0, size=1)
+
+
+def members_filter_defines() -> list[str]:
+    """The C definitions the members-only library is compiled with (container/build-steps/
+    build-members-only): the names it shares with the launcher, as string literals. Pure."""
+    names = {
+        "RUN_DIR_VAR": RUN_DIR_VAR,
+        "DEFAULT_RUN_DIR": str(DEFAULT_RUN_DIR),
+        "MEMBERS_FILE_NAME": MEMBERS_FILE_NAME,
+    }
+    return [f"-D{macro}={json.dumps(value)}" for macro, value in names.items()]
 
 
 def coordinator_value(host: str, port: int) -> str:
@@ -180,6 +198,11 @@ class RunDir:
     ``env/<NAME>``       the value of a variable too long for the environment
     ``args.json``        the program's arguments, when too long for mpirun's command line
     ``sdk-mpirun/``      the ``mpirun`` put first on the SageMaker SDK's MPI driver's PATH (sdk/mpirun.py)
+    ``members``          the addresses of the job's hosts, one per line: who the job's ports take
+                         connections from (MEMBERS_FILTER_LIBRARY), readable by every user
+    ``ps/``              the parameter server task's scratch folder, its own user's alone
+
+    Other users may pass through the folder but not list it; what holds a secret is its owner's alone.
     """
 
     root: Path
@@ -217,6 +240,14 @@ class RunDir:
     @property
     def sdk_mpirun(self) -> Path:
         return self.root / "sdk-mpirun"
+
+    @property
+    def members_file(self) -> Path:
+        return self.root / MEMBERS_FILE_NAME
+
+    @property
+    def ps_scratch(self) -> Path:
+        return self.root / "ps"
 
     def write_host_facts(self, facts: HostFacts) -> Path:
         path = self.host_facts_file

@@ -1,9 +1,9 @@
 """A multi-host MPI worker host with real sshd, driven by a master coordinator played by the test.
 
-The worker (the real entry, host "127.0.0.1") generates its host key, starts sshd, joins the master
-("localhost"), authorizes the master's key and reports ready. The test then logs in over ssh with strict
-host key checking against the key the worker sent (what mpirun's ssh does), and finally sends a verdict:
-the worker must exit with that verdict's code and write the same cause.
+The worker (the real entry, host "127.0.0.1") generates its host key, joins the master ("localhost"),
+authorizes the master's key, takes the job's members, starts sshd and reports ready. The test then logs
+in over ssh with strict host key checking against the key the worker sent (what mpirun's ssh does), and
+finally sends a verdict: the worker must exit with that verdict's code and write the same cause.
 """
 
 import subprocess
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from conftest import make_tree
 from sagetrain.deadline import Deadline
-from sagetrain.launch.coordinator import EventQueue, HostChanged, HostState, Welcome
+from sagetrain.launch.coordinator import EventQueue, HostChanged, HostState, Members, Welcome
 from sagetrain.launch.coordinator.server import CoordinatorServer
 from sagetrain.launch.sshd import generate_key, known_hosts_text
 from sagetrain.report.verdict import Verdict
@@ -61,6 +61,7 @@ def test_worker_sshd_accepts_the_master_key_and_the_worker_exits_with_the_verdic
     process = worker.start()
     try:
         joined = next_event(events, HostState.JOINED, "the worker's hello")
+        server.send_to("127.0.0.1", Members(("127.0.0.1",)))  # every host has joined
         next_event(events, HostState.READY, "the worker to authorize our key")
         known_hosts = tmp_path / "master" / "known_hosts"
         known_hosts.write_text(known_hosts_text({"127.0.0.1": joined.hello.ssh_host_key}, ssh_port))

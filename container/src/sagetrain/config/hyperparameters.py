@@ -326,6 +326,10 @@ class LaunchSettings:
     job_secret_channel: str = ""
     # Every program runs with tf-keras as both `keras` and `tf.keras` (sagetrain/legacy_keras.py).
     legacy_keras: bool = False
+    # Every port the job's processes listen on takes connections only from the job's hosts and loopback
+    # (launch/members.py). Off: any peer on the job's network reaches them, as with any TensorFlow or MPI
+    # cluster (for a program that must take connections from elsewhere).
+    members_only_ports: bool = True
     # The most a code archive may unpack to (program/archive.py; the volume's free room is checked too):
     # far above any real code (the SDK's source_dir tarballs run to megabytes), low enough that an
     # archive bomb is refused on a large volume too, and few enough members for tarfile's list of them
@@ -392,7 +396,7 @@ def parse_launch_settings(read: HyperparameterReader) -> LaunchSettings:
         if field.type == "str":
             value: int | float | str | bool | None = read.text(key)
         elif field.type == "bool":
-            value = read.boolean(key)
+            value = read.boolean(key, default=field.default is True)
         elif field.name.endswith("_port"):
             port = read.integer(key, minimum=1)
             if port is not None and port > 65535:

@@ -1,13 +1,15 @@
 """The Horovod/MPI engine: mpirun on the master host, sshd on the others.
 
-Master: coordinator up → every worker joined with its sshd host key and reported ready (our key is in
-its authorized_keys) → known_hosts written → mpirun → every rank said it started (bounded by
-sagetrain_launch_wait_seconds) → mpirun ends (or a host is lost, or the start timed out) → verdict
-reported here → mpirun stopped if still running → verdict broadcast.
-Worker: host key → sshd → join the master → authorize its key → ready → wait for the verdict, or fail
-when the master is gone. On SIGTERM a worker signals its ranks and still waits for the master's verdict
-(within the stop deadline): its ranks' stop is a collective with the others (rank 0's checkpoint), which
-needs this host, its sshd and mpirun's daemon up until the ranks have ended.
+Master: coordinator up → every worker joined with its sshd host key → the job's members sent to each
+(launch/members.py) and written here → every worker reported ready (our key is in its authorized_keys,
+its members file written, its sshd listening) → known_hosts written → mpirun → every rank said it
+started (bounded by sagetrain_launch_wait_seconds) → mpirun ends (or a host is lost, or the start timed
+out) → verdict reported here → mpirun stopped if still running → verdict broadcast.
+Worker: host key → join the master → authorize its key → the job's members written → sshd → ready →
+wait for the verdict, or fail when the master is gone. On SIGTERM a worker signals its ranks and still
+waits for the master's verdict (within the stop deadline): its ranks' stop is a collective with the
+others (rank 0's checkpoint), which needs this host, its sshd and mpirun's daemon up until the ranks have
+ended.
 """
 
 from __future__ import annotations
@@ -37,13 +39,16 @@ from sagetrain.launch.coordinator import (
     failure_of,
 )
 from sagetrain.launch.lifecycle import EngineRun, stopped_verdict
+from sagetrain.launch.members import write_job_members
 from sagetrain.launch.process import TERMINATION_GRACE_SECONDS, ManagedProcess
 from sagetrain.launch.programs import signal_registered_ranks, verdict_for_exit
 from sagetrain.launch.spec import JobSpec, env_added
 from sagetrain.launch.sshd import (
     SshFiles,
+    generate_host_key,
     generate_key,
     known_hosts_text,
+    session_env,
     start_sshd,
     write_authorized_key,
 )
@@ -149,8 +154,12 @@ class MpiMaster:
         self._failures: list[RankFailure] = []
 
     def prepare(self) -> None:
+        spec = self._spec
         self._address = self._coordinator.open()
-        hellos = self._coordinator.wait_for_workers(self._spec.worker_wait, until_ready=True)
+        hellos = self._coordinator.wait_for_workers(spec.worker_wait, until_ready=False)
+        # Before mpirun opens a port here; a worker reports ready once it has written its own.
+        write_job_members(spec.members_filter, spec.run_dir, self._coordinator.share_members())
+        self._coordinator.wait_until_ready(spec.worker_wait)
         if hellos:
             host_keys = {host: hello.ssh_host_key for host, hello in hellos.items()}
             self._files.known_hosts.write_text(known_hosts_text(host_keys, self._spec.plan.launch.ssh_port))
@@ -241,15 +250,22 @@ class MpiWorker:
         self._leftover_ranks_signal = signal.SIGTERM
 
     def prepare(self) -> None:
-        port = self._spec.plan.launch.ssh_port
-        running_sshd, host_public_key = start_sshd(self._files, port)
+        spec = self._spec
+        port = spec.plan.launch.ssh_port
+        host_public_key = generate_host_key(self._files)
+        welcome = self._coordinator.join(Hello(ssh_host_key=host_public_key), spec.worker_wait)
+        write_authorized_key(self._files, welcome.ssh_client_key)
+        # Before sshd opens its port: its sessions (orted, the ranks) take connections from the members.
+        write_job_members(
+            spec.members_filter, spec.run_dir, self._coordinator.receive_members(spec.worker_wait)
+        )
+        session = session_env(spec.members_filter, spec.run_dir)
+        running_sshd = start_sshd(self._files, port, spec.env, session)
         self._sshd = running_sshd.process
         running_sshd.wait_until_listening(
             Deadline(SSHD_START_SECONDS, f"sshd on this host to listen on port {port}")
         )
         self._sshd.on_exit(lambda p, code: self._events.put(ProcessExited(p.name, code)))
-        welcome = self._coordinator.join(Hello(ssh_host_key=host_public_key), self._spec.worker_wait)
-        write_authorized_key(self._files, welcome.ssh_client_key)
         self._coordinator.send(Ready())
         self._coordinator.listen()
         self._joined = True

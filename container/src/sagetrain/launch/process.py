@@ -17,8 +17,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from sagetrain.deadline import Deadline
 from sagetrain.errors import exit_code_of_returncode
@@ -45,6 +46,16 @@ def _die_with_parent_hook(signum: int) -> Callable[[], None]:
     return hook
 
 
+@dataclass(frozen=True)
+class RunAs:
+    """Another user a process runs as (the launcher must be root to start it so): its user and group
+    alone, no supplementary group, and a umask that keeps what it writes its own."""
+
+    uid: int
+    gid: int
+    umask: int = 0o077
+
+
 class ManagedProcess:
     def __init__(self, popen: subprocess.Popen, name: str) -> None:
         self._popen = popen
@@ -62,9 +73,14 @@ class ManagedProcess:
         stderr: int | None = None,
         new_session: bool = True,
         parent_death_signal: int = signal.SIGTERM,
+        run_as: RunAs | None = None,
     ) -> ManagedProcess:
         """Start ``argv``; in a session of its own unless ``new_session`` is false (then in ours: our
-        process group's signals reach it). It gets ``parent_death_signal`` when this process dies."""
+        process group's signals reach it). It gets ``parent_death_signal`` when this process dies; with
+        ``run_as``, it runs as that user."""
+        identity: dict[str, Any] = {}
+        if run_as is not None:
+            identity = {"user": run_as.uid, "group": run_as.gid, "extra_groups": [], "umask": run_as.umask}
         popen = subprocess.Popen(
             list(argv),
             env=dict(env) if env is not None else None,
@@ -74,6 +90,7 @@ class ManagedProcess:
             start_new_session=new_session,
             # The hook only calls prctl (no imports, no locks), so it is safe next to our threads.
             preexec_fn=_die_with_parent_hook(parent_death_signal),
+            **identity,
         )
         return cls(popen, name)
 

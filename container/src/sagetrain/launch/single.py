@@ -18,6 +18,7 @@ from sagetrain.launch.coordinator import (
     failure_of,
 )
 from sagetrain.launch.lifecycle import stop_grace, stopped_verdict
+from sagetrain.launch.members import write_job_members
 from sagetrain.launch.process import ManagedProcess
 from sagetrain.launch.programs import start_program, verdict_for_exit
 from sagetrain.launch.spec import JobSpec, env_added
@@ -43,6 +44,8 @@ class SingleRun:
 
     def prepare(self) -> None:
         self._address = self._coordinator.open()
+        # Before the program opens a port: this host is the job's only one.
+        write_job_members(self._spec.members_filter, self._spec.run_dir, ())
 
     def start(self) -> None:
         self._program = start_program(self._spec, single_env(self._spec, self._address), self._events)

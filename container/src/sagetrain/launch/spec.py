@@ -23,6 +23,7 @@ from sagetrain.contracts import HostFacts, RunDir
 from sagetrain.deadline import Deadline
 from sagetrain.errors import UserError
 from sagetrain.launch.coordinator import JobHosts
+from sagetrain.launch.members import chosen_filter, filter_env
 from sagetrain.plan.model import Plan
 from sagetrain.program.kind import Program, adjusted_user_hyperparameters, program_argv
 from sagetrain.report.saved_files import CheckpointFolder
@@ -62,6 +63,10 @@ class JobSpec:
     env_files: Mapping[str, str] = field(default_factory=dict)
     # The program's arguments when too long to pass through mpirun: the rank launcher appends them.
     args_file_arguments: tuple[str, ...] = ()
+    # The members-only library every process of the job preloads (launch/members.py); None: none.
+    members_filter: Path | None = None
+    # The folder of the channel holding the job's secret, if one does: made its owner's alone.
+    secret_channel: Path | None = None
 
     @property
     def job_hosts(self) -> JobHosts:
@@ -169,11 +174,17 @@ def build_spec(
     user_args = to_cmd_args(user_hps)
     argv = program_argv(program, user_args, sys.executable)
     run_dir = RunDir.from_env(environ)
+    members_filter = chosen_filter(
+        plan.launch.members_only_ports,
+        contracts.MEMBERS_FILTER_LIBRARY,
+        contracts.MEMBERS_FILTER_LIBRARY.is_file(),
+    )
     job_env = {
         # On an EFA host, NCCL's and libfabric's settings (plan/efa.py), unless the environment sets them.
         **dict(plan.efa_env),
         # The secret stays with the launcher: ranks prove themselves with their host's key (run_dir.py).
         **{name: value for name, value in environ.items() if name != SECRET_VAR},
+        **filter_env(members_filter, environ),
         **toolkit_env_vars(config, toolkit_hps, gpus=gpus, cpus=cpus, dry_run=dry_run),
         contracts.TF_LOG_LEVEL_VAR: environ.get(contracts.TF_LOG_LEVEL_VAR, contracts.QUIET_TF_LOG_LEVEL),
         contracts.ENGINE_VAR: plan.engine.value,
@@ -206,4 +217,12 @@ def build_spec(
         secrets=secrets,
         # The CPU count as sagemaker_training counts it, since that is what SM_NUM_CPUS says on this host.
         host_facts=HostFacts(plan.current_host, gpus, int(job_env[NUM_CPUS_VAR])),
+        members_filter=members_filter,
+        secret_channel=secret_channel_dir(config),
     )
+
+
+def secret_channel_dir(config: JobConfig) -> Path | None:
+    """The folder of the channel that holds the job's secret; None when no channel does. Pure."""
+    name = config.settings.launch.job_secret_channel
+    return config.paths.channel_dir(name) if name else None

@@ -2,19 +2,29 @@
 
 Nothing global is edited: sshd reads our config, mpirun's ssh gets our key and known_hosts through
 ``plm_rsh_args``.
+
+What sshd and its sessions get, and no more: sshd runs with a few variables of its own (no credentials,
+no job secret: ``sshd_env``); a session gets sshd's default environment plus what ``SetEnv`` forces on it,
+the members-only library (launch/members.py) and the run folder it reads its list from, so that orted and
+the ranks it starts take connections from the job's hosts alone. A session runs a command and nothing
+else: no forwarding of ports, agents or X11, no tunnels, no rc files, no environment of the client's.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sagetrain import contracts
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
+from sagetrain.launch.members import filter_env
 from sagetrain.launch.process import ManagedProcess
 
 SSHD = "/usr/sbin/sshd"
@@ -60,6 +70,10 @@ class SshFiles:
         )
 
 
+# Variables of the launcher's environment that sshd itself runs with: what finds programs and reads text.
+_SSHD_OWN_VARS = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
 def key_only_settings(files: SshFiles) -> list[str]:
     """sshd settings that let in the holders of ``files.authorized_keys``' keys, and nothing else."""
     return [
@@ -70,6 +84,40 @@ def key_only_settings(files: SshFiles) -> list[str]:
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
     ]
+
+
+def command_only_settings() -> list[str]:
+    """sshd settings that give a session its command and nothing more: mpirun needs no forwarding of any
+    kind, no tunnel, no rc file and no variables from the client."""
+    return [
+        "DisableForwarding yes",
+        "PermitTunnel no",
+        "PermitUserRC no",
+        "PermitUserEnvironment no",
+        "X11Forwarding no",
+    ]
+
+
+def session_env(members_filter: Path | None, run_dir: contracts.RunDir) -> dict[str, str]:
+    """The variables sshd forces on every session: the members-only library (none when there is none) and
+    the run folder it reads the job's members from. Pure."""
+    if members_filter is None:
+        return {}
+    return {**filter_env(members_filter, {}), contracts.RUN_DIR_VAR: str(run_dir.root)}
+
+
+def set_env_setting(env: Mapping[str, str]) -> list[str]:
+    """``SetEnv`` for ``env`` (nothing when it is empty); each pair quoted, as sshd_config quotes. Pure."""
+    for name, value in env.items():
+        if any(character in value for character in '"\n\\'):
+            raise PlatformError(f"{name}={value!r} cannot be written in sshd's configuration")
+    return [" ".join(["SetEnv", *(f'"{name}={value}"' for name, value in env.items())])] if env else []
+
+
+def sshd_env(environ: Mapping[str, str], session: Mapping[str, str]) -> dict[str, str]:
+    """sshd's own environment: the few variables it runs with from ``environ``, and ``session``'s (it
+    preloads the library its sessions do); nothing of the job's credentials or secrets. Pure."""
+    return {**{name: environ[name] for name in _SSHD_OWN_VARS if name in environ}, **session}
 
 
 def generate_key(path: Path, comment: str) -> str:
@@ -84,6 +132,7 @@ def generate_key(path: Path, comment: str) -> str:
             capture_output=True,
             text=True,
             timeout=30,
+            env=sshd_env(os.environ, {}),  # it needs no credential or secret of the job's
         )
     except FileNotFoundError:
         raise PlatformError(
@@ -94,11 +143,13 @@ def generate_key(path: Path, comment: str) -> str:
     return path.with_suffix(".pub").read_text().strip()
 
 
-def sshd_config_text(files: SshFiles, port: int) -> str:
+def sshd_config_text(files: SshFiles, port: int, session: Mapping[str, str]) -> str:
     return "\n".join(
         [
             f"Port {port}",
             *key_only_settings(files),
+            *command_only_settings(),
+            *set_env_setting(session),
             "UsePAM no",
             "StrictModes no",
             "PidFile none",
@@ -151,20 +202,29 @@ class RunningSshd:
             raise PlatformError(f"sshd {ended} at start; see its messages above (sshd: ...)")
 
 
-def start_sshd(files: SshFiles, port: int) -> tuple[RunningSshd, str]:
-    """Generate the host key, write the config, start ``sshd -D -e``; (sshd, host public key)."""
-    host_public_key = generate_key(files.host_key, "sagetrain-host")
+def generate_host_key(files: SshFiles) -> str:
+    """This host's sshd key, made now; its public key line (the master's ssh will know it)."""
+    return generate_key(files.host_key, "sagetrain-host")
+
+
+def start_sshd(
+    files: SshFiles, port: int, environ: Mapping[str, str], session: Mapping[str, str]
+) -> RunningSshd:
+    """Write the config, start ``sshd -D -e`` with the host key ``generate_host_key`` made: sshd runs with
+    ``sshd_env`` of ``environ`` and forces ``session`` on its sessions."""
     files.authorized_keys.touch(mode=0o600)
-    files.sshd_config.write_text(sshd_config_text(files, port))
+    files.sshd_config.write_text(sshd_config_text(files, port, session))
     PRIVILEGE_SEPARATION_DIR.mkdir(mode=0o755, exist_ok=True)
     argv = [SSHD, "-D", "-e", "-f", str(files.sshd_config), "-p", str(port)]
     try:
-        process = ManagedProcess.start(argv, name="sshd", stderr=subprocess.PIPE)
+        process = ManagedProcess.start(
+            argv, name="sshd", env=sshd_env(environ, session), stderr=subprocess.PIPE
+        )
     except FileNotFoundError:
         raise PlatformError(
             f"{SSHD} is not installed in this image; multi-host MPI needs openssh-server"
         ) from None
-    return RunningSshd(process, port), host_public_key
+    return RunningSshd(process, port)
 
 
 def write_authorized_key(files: SshFiles, public_key: str) -> None:

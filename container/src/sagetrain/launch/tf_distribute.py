@@ -32,8 +32,15 @@ from sagetrain.launch.coordinator import (
     failure_of,
 )
 from sagetrain.launch.lifecycle import EngineRun, stop_grace, stopped_verdict
+from sagetrain.launch.members import write_job_members
 from sagetrain.launch.process import ManagedProcess, terminate_trees
 from sagetrain.launch.programs import start_program, verdict_for_exit
+from sagetrain.launch.ps_server import (
+    PS_USER,
+    parameter_server_env,
+    parameter_server_identity,
+    prepare_scratch,
+)
 from sagetrain.launch.spec import JobSpec, env_added
 from sagetrain.plan.model import Plan, Role
 from sagetrain.plan.tf_config import TF_CONFIG_VAR, TaskType, tf_cluster, tf_config
@@ -72,8 +79,10 @@ def program_env(spec: JobSpec, coordinator: str, host: str) -> dict[str, str]:
     }
 
 
-def parameter_server_env(spec: JobSpec, host: str) -> dict[str, str]:
-    return {**spec.env, TF_CONFIG_VAR: json.dumps(tf_config(spec.plan, host, TaskType.PS))}
+def ps_task_env(spec: JobSpec, host: str) -> dict[str, str]:
+    """The parameter server task's environment on ``host``. Pure; the dry run prints the same."""
+    tf_config_value = json.dumps(tf_config(spec.plan, host, TaskType.PS))
+    return parameter_server_env(spec.env, tf_config_value, spec.run_dir.ps_scratch)
 
 
 def exit_outcome(spec: JobSpec, process: str, exit_code: int) -> Verdict:
@@ -97,10 +106,15 @@ class _TfConfigHost:
     def start(self) -> None:
         spec = self._spec
         if tf_cluster(spec.plan).parameter_servers:
+            # Its own user, its own scratch folder, none of the job's credentials or secrets.
+            identity = parameter_server_identity()
+            prepare_scratch(spec.run_dir.ps_scratch, identity)
             ps = ManagedProcess.start(
                 [spec.python, "-m", PS_SERVER_MODULE],
                 name=PS_PROCESS,
-                env=parameter_server_env(spec, spec.plan.current_host),
+                env=ps_task_env(spec, spec.plan.current_host),
+                cwd=spec.run_dir.ps_scratch,
+                run_as=identity,
             )
             ps.on_exit(lambda p, code: self._events.put(ProcessExited(p.name, code)))
             self._processes.append(ps)
@@ -125,6 +139,9 @@ class TfConfigMaster(_TfConfigHost):
     def prepare(self) -> None:
         self._address = self._coordinator.open()
         self._coordinator.wait_for_workers(self._spec.worker_wait, until_ready=False)
+        # Before this host's program and parameter server open their ports; each worker writes its own
+        # before it starts its own.
+        write_job_members(self._spec.members_filter, self._spec.run_dir, self._coordinator.share_members())
 
     def wait(self) -> Verdict:
         plan = self._spec.plan
@@ -176,6 +193,8 @@ class TfConfigWorker(_TfConfigHost):
 
     def prepare(self) -> None:
         self._coordinator.join(Hello(), self._spec.worker_wait)
+        members = self._coordinator.receive_members(self._spec.worker_wait)
+        write_job_members(self._spec.members_filter, self._spec.run_dir, members)
         self._coordinator.listen()
         self._address = self._coordinator.address
 
@@ -218,6 +237,7 @@ def describe(spec: JobSpec, environ: Mapping[str, str]) -> dict[str, Any]:
         if tf_cluster(plan).parameter_servers:
             launch[host]["parameter_server"] = {
                 "command": [spec.python, "-m", PS_SERVER_MODULE],
-                "env": env_added(parameter_server_env(spec, host), environ),
+                "user": PS_USER,
+                "env": ps_task_env(spec, host),
             }
     return launch

@@ -16,6 +16,12 @@ job's hosts. So the job's hosts log in to each other (mpirun's daemons too, host
 else: a peer that is not a member of the job learns no public key it could test a guess against, and
 sends none that would be trusted.
 
+The same exchange gives every host the job's members (launch/members.py): the master sends, with the
+keys, the address each host proved membership from. Each host writes its members file, and the driver
+runs with the members-only library preloaded (its sshd and mpirun, and through them orted and the ranks;
+sshd forces it on its sessions too), so the ports of the driver's job take connections from the job's
+hosts alone, as our own launcher's do.
+
 When ``resourceconfig.json`` names an interface that does not exist (SDK
 v3 local mode names ``ethwe``), the driver is told the one that routes to the other hosts, as our own
 launcher chooses it.
@@ -26,7 +32,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -34,6 +40,7 @@ from typing import ClassVar
 
 from sagetrain.atomic_file import write_atomically
 from sagetrain.config.job_secret import Membership, missing_secret_warning
+from sagetrain.contracts import MEMBERS_FILTER_LIBRARY, RunDir
 from sagetrain.deadline import Deadline
 from sagetrain.errors import PlatformError
 from sagetrain.launch.coordinator import (
@@ -44,12 +51,16 @@ from sagetrain.launch.coordinator import (
     MasterCoordinator,
     WorkerCoordinator,
 )
+from sagetrain.launch.members import chosen_filter, filter_env, missing_filter_warning, write_job_members
 from sagetrain.launch.sshd import (
     PRIVILEGE_SEPARATION_DIR,
     SshFiles,
+    command_only_settings,
     generate_key,
     key_only_settings,
     known_hosts_text,
+    session_env,
+    set_env_setting,
 )
 
 log = logging.getLogger(__name__)
@@ -77,6 +88,8 @@ class SshTrust:
     KIND: ClassVar[Enum] = SshKind.TRUST
     known_hosts: str
     authorized_keys: str
+    # The addresses the job's hosts proved membership from (launch/members.py).
+    members: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,23 +126,28 @@ def public_key_problem(line: str) -> str | None:
     return None if _PUBLIC_KEY_LINE.fullmatch(line) else "not one ssh-ed25519 public key line"
 
 
-def trust_of(keys: dict[str, HostSshKeys]) -> SshTrust:
-    """Every host's public keys, as the known_hosts and authorized_keys every host writes. Pure."""
+def trust_of(keys: dict[str, HostSshKeys], members: tuple[str, ...] = ()) -> SshTrust:
+    """Every host's public keys, as the known_hosts and authorized_keys every host writes, and the job's
+    members. Pure."""
     return SshTrust(
         known_hosts=known_hosts_text({host: key.host for host, key in keys.items()}, SYSTEM_SSH_PORT),
         authorized_keys="".join(f"{keys[host].client}\n" for host in sorted(keys)),
+        members=members,
     )
 
 
-def sshd_drop_in_text(files: SshFiles) -> str:
-    """sshd's settings for the job (a drop-in is read before the main file, so its values win)."""
-    extra = ["PermitEmptyPasswords no", "HostbasedAuthentication no", "X11Forwarding no", ""]
-    return "\n".join([*key_only_settings(files), *extra])
+def sshd_drop_in_text(files: SshFiles, session: Mapping[str, str]) -> str:
+    """sshd's settings for the job (a drop-in is read before the main file, so its values win): the job's
+    keys alone, a command and nothing more, ``session`` forced on every session."""
+    extra = ["PermitEmptyPasswords no", "HostbasedAuthentication no"]
+    return "\n".join(
+        [*key_only_settings(files), *extra, *command_only_settings(), *set_env_setting(session), ""]
+    )
 
 
-def write_trust(trust: SshTrust, files: SshFiles) -> None:
+def write_trust(trust: SshTrust, files: SshFiles, session: Mapping[str, str]) -> None:
     """The files the driver's sshd, ssh and paramiko read besides the keys, replacing what was there."""
-    write_atomically(files.sshd_config, sshd_drop_in_text(files))
+    write_atomically(files.sshd_config, sshd_drop_in_text(files, session))
     write_atomically(files.authorized_keys, trust.authorized_keys, private=True)
     write_atomically(files.known_hosts, trust.known_hosts, private=True)
 
@@ -184,7 +202,7 @@ def _exchange_as_master(exchange: KeyExchange, own: HostSshKeys) -> SshTrust:
     try:
         hellos = coordinator.wait_for_workers(exchange.deadline_for, until_ready=False)
         keys = {host: _checked_hello(host, hello) for host, hello in hellos.items()}
-        trust = trust_of({**keys, exchange.current_host: own})
+        trust = trust_of({**keys, exchange.current_host: own}, coordinator.member_addresses())
         for worker in workers:
             try:
                 coordinator.send_to(worker, trust)
@@ -253,6 +271,16 @@ def prepare_for_mpi_driver(environ: MutableMapping[str, str], files: SshFiles | 
         plan.hosts, plan.master, plan.current_host, launch.coordinator_port, job.secrets.membership, deadline
     )
     trust = exchange_keys(exchange, own)
-    write_trust(trust, files)
+    run_dir = RunDir.from_env(environ)
+    members_filter = chosen_filter(
+        plan.launch.members_only_ports, MEMBERS_FILTER_LIBRARY, MEMBERS_FILTER_LIBRARY.is_file()
+    )
+    warning = missing_filter_warning(plan.launch.members_only_ports, members_filter, environ)
+    if warning is not None:
+        sys.stderr.write(f"sagetrain WARNING: {warning}\n")
+    # Before the driver starts sshd and mpirun, which preload the library from its environment.
+    write_job_members(members_filter, run_dir, trust.members)
+    write_trust(trust, files, session_env(members_filter, run_dir))
+    environ.update(filter_env(members_filter, environ))
     PRIVILEGE_SEPARATION_DIR.mkdir(mode=0o755, exist_ok=True)
     tell_interface(environ, plan.hosts, plan.current_host)

