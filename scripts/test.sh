@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: set up what the suite needs on this machine, build the CPU image (layer cache makes
-# a rebuild fast), and run the whole test suite (unit, host integration, container).
+# The test command: set up what the suite needs on this machine, start the CPU image's build (layer
+# cache makes a rebuild fast), and run the whole test suite (unit, host integration, container): the
+# tiers that need no image run while the image builds, and the container tests wait for it.
 set -euo pipefail
 
 usage() {
@@ -9,13 +10,21 @@ Usage: scripts/test.sh [PYTEST ARGS...]
 
 Sets up, where it can (root on Debian/Ubuntu): the Docker engine (scripts/ensure-docker.sh), Docker
 Compose v2 for the SageMaker SDK's local mode (scripts/ensure-compose.sh), Open MPI from apt, a test
-virtualenv (.venv-test, pinned by container/pins/python.txt and python-added.txt), the CPU image (scripts/build.sh cpu),
-then runs `python -m pytest tests` with any extra arguments.
+virtualenv (.venv-test, pinned by container/pins/python.txt and python-added.txt), and starts the CPU
+image's build in the background (scripts/build.sh cpu --background build/test-logs/cpu-image.log);
+then runs `python -m pytest tests -n WORKERS --dist loadgroup` (pytest-xdist) with any extra arguments.
+The unit and host integration tests run first, while the image builds; the container tests wait for it.
 Environment:
-  SAGETRAIN_TEST_VENV   virtualenv to use (default: .venv-test in the repository)
-  SAGETRAIN_SDK_VENVS   folder of the SageMaker SDKs' own virtualenvs, made by the tests (default: .venv-sdk)
-  SAGETRAIN_CA_CERTS    extra CA bundle for image builds (default: /etc/ssl/certs/ca-certificates.crt if present)
-  SAGETRAIN_SKIP_BUILD  set to 1 to reuse the existing sagemaker-tf-horovod:cpu image as is
+  SAGETRAIN_TEST_VENV      virtualenv to use (default: .venv-test in the repository)
+  SAGETRAIN_SDK_VENVS      folder of the SageMaker SDKs' own virtualenvs, made by the tests (default: .venv-sdk)
+  SAGETRAIN_CA_CERTS       extra CA bundle for image builds (default: /etc/ssl/certs/ca-certificates.crt if present)
+  SAGETRAIN_SKIP_BUILD     set to 1 to reuse the existing sagemaker-tf-horovod:cpu image as is
+  SAGETRAIN_CPU_BUILD_LOG  the log of a CPU build that a caller started (build.sh --background): the
+                           tests wait for that one rather than start another
+  SAGETRAIN_COLD_BUILD     set to 1 to build without Docker's layer cache (build.sh --no-cache), as on a
+                           fresh machine: to measure a first run
+  SAGETRAIN_TEST_WORKERS   pytest-xdist workers (default 3: most container tests wait on containers)
+  SAGETRAIN_IMAGE_NAME     the image's name (default sagemaker-tf-horovod; see scripts/build.sh --help)
 USAGE
 }
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac
@@ -40,6 +49,17 @@ if [ ${#missing_debs[@]} -gt 0 ]; then
 fi
 
 scripts/ensure-docker.sh
+# The build starts first and goes on while the rest is set up and the first tiers run.
+if [ "${SAGETRAIN_SKIP_BUILD:-0}" = 1 ]; then
+  unset SAGETRAIN_CPU_BUILD_LOG
+elif [ -z "${SAGETRAIN_CPU_BUILD_LOG:-}" ]; then
+  build_log=$repo/build/test-logs/cpu-image.log
+  build_args=(cpu --background "$build_log")
+  [ -f "$ca_certs" ] && build_args+=(--ca-certs "$ca_certs")
+  [ "${SAGETRAIN_COLD_BUILD:-0}" = 1 ] && build_args+=(--no-cache)
+  scripts/build.sh "${build_args[@]}"
+  export SAGETRAIN_CPU_BUILD_LOG=$build_log
+fi
 scripts/ensure-compose.sh
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -48,10 +68,4 @@ fi
 "$venv/bin/pip" install -q --disable-pip-version-check -c container/pins/python.txt \
   -c container/pins/python-added.txt -r tests/requirements.txt ./container
 
-if [ "${SAGETRAIN_SKIP_BUILD:-0}" != 1 ]; then
-  build_args=(cpu)
-  [ -f "$ca_certs" ] && build_args+=(--ca-certs "$ca_certs")
-  scripts/build.sh "${build_args[@]}"
-fi
-
-exec "$venv/bin/python" -m pytest tests "$@"
+exec "$venv/bin/python" -m pytest tests -n "${SAGETRAIN_TEST_WORKERS:-3}" --dist loadgroup "$@"

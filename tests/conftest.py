@@ -3,8 +3,38 @@
 tests/integration/image needs TensorFlow and Horovod as built in the image; the container suite runs it
 inside the image (tests/container/test_in_image.py). On the host it is collected only when
 SAGETRAIN_IN_IMAGE=1, which the image sets.
+
+The order of the run: the tests that need no image first (unit, host integration, and the container
+tier's checks that start no container), so that they run while scripts/test.sh builds the image in the
+background; then the tests of the CPU image, the slow ones first, so that no worker is left with one at
+the end; the GPU image's last, as its build ends last (.ci/run). Under pytest-xdist (`--dist loadgroup`)
+the tests of one `xdist_group` run on one worker, one after the other: the host integration tests share
+this machine's ports (sshd, the coordinator's default port).
 """
 
 import os
+from pathlib import Path
+
+import pytest
 
 collect_ignore_glob = [] if os.environ.get("SAGETRAIN_IN_IMAGE") == "1" else ["integration/image/*"]
+
+HOST_INTEGRATION = Path(__file__).resolve().parent / "integration" / "host"
+
+
+def run_order(item: pytest.Item) -> int:
+    needs = set(getattr(item, "fixturenames", ()))
+    if "gpu_image" in needs:
+        return 3
+    if "cpu_image" in needs:
+        return 1 if item.get_closest_marker("slow") else 2
+    return 0
+
+
+# Before pytest-xdist's own hook, which reads the groups.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HOST_INTEGRATION in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.xdist_group("host-ports"))
+    items.sort(key=run_order)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 RUNNER = REPO / "scripts" / "local-cluster"
 CASES = Path(__file__).resolve().parent / "cases"
 HOST_LINE = re.compile(r"^(algo-\d+)\s*\| (.*)$")
-_job_counter = 0
 DOCKER = DockerCli()  # the one Docker client (scripts/localcluster/dockercli.py); every call bounded
 
 
@@ -39,10 +39,9 @@ def leftovers(job_name: str) -> list[str]:
 
 
 def unique_job_name(stem: str) -> str:
-    global _job_counter
-    _job_counter += 1
+    """Unique across the processes of one run too (pytest-xdist's workers share the Docker engine)."""
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", stem)[:40].strip("-.")
-    return f"t-{safe}-{int(time.time()) % 100000}-{_job_counter}"
+    return f"t-{safe}-{uuid.uuid4().hex[:10]}"
 
 
 @dataclass(frozen=True)

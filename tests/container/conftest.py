@@ -1,15 +1,23 @@
 """Fixtures for tests that drive the real image through the Docker engine.
 
 The CPU image is built once per session with scripts/build.sh: BuildKit's layer cache makes that a
-few seconds when nothing changed, and it guarantees the image matches the work tree. Environment:
+few seconds when nothing changed, and it guarantees the image matches the work tree. When the build was
+started in the background (scripts/build.sh --background LOG, as scripts/test.sh and .ci/run do, so the
+tiers that need no image run meanwhile), the image fixtures wait for it instead. Environment:
   SAGETRAIN_TEST_IMAGE     image to test (default sagemaker-tf-horovod:cpu)
-  SAGETRAIN_SKIP_BUILD=1   use that image as it is, without building (as scripts/test.sh)
+  SAGETRAIN_IMAGE_NAME     the name scripts/build.sh gives the image (default sagemaker-tf-horovod)
+  SAGETRAIN_CPU_BUILD_LOG  the log of a background build of the CPU image: wait for it, do not build
+  SAGETRAIN_GPU_BUILD_LOG  the same for the GPU image (tests/container/test_gpu_image.py)
+  SAGETRAIN_SKIP_BUILD=1   use the image as it is, without building
   SAGETRAIN_CA_CERTS       extra CA bundle for the build (default: this machine's bundle, if any;
                            empty: none)
 """
 
+import fcntl
 import os
+import re
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,9 +29,12 @@ from localcluster.dockercli import DockerCli, DockerError, answer_deadline
 from sagetrain.deadline import Deadline
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_IMAGE = "sagemaker-tf-horovod:cpu"
+IMAGE_NAME = os.environ.get("SAGETRAIN_IMAGE_NAME", "sagemaker-tf-horovod")
+DEFAULT_IMAGE = f"{IMAGE_NAME}:cpu"
 SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 BUILD_DEADLINE_S = 90 * 60
+# The last line of a background build's log (scripts/build.sh --background).
+BUILD_EXIT_LINE = re.compile(r"build\.sh: exit (\d+)")
 TEST_LABEL = "sagetrain.test"
 ENGINE_ANSWER_S = 30.0
 
@@ -58,10 +69,66 @@ def build_ca_certs() -> str | None:
     return str(SYSTEM_CA_BUNDLE) if SYSTEM_CA_BUNDLE.is_file() else None
 
 
+def background_build_log(variant: str) -> Path | None:
+    """The log of the background build of ``variant`` ("cpu", "gpu") the caller started, if it did."""
+    value = os.environ.get(f"SAGETRAIN_{variant.upper()}_BUILD_LOG")
+    return Path(value) if value else None
+
+
+def background_build_ended(log: Path, seconds: float) -> bool:
+    """Whether the build that holds ``log`` locked (scripts/build.sh --background) has ended, waiting up
+    to ``seconds`` for it: a shared lock on the log is granted once the build's processes are gone."""
+    with log.open("rb") as handle:
+        ended = threading.Event()
+
+        def take_shared_lock() -> None:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+            ended.set()
+
+        threading.Thread(target=take_shared_lock, name=f"wait-for-{log.name}", daemon=True).start()
+        return ended.wait(seconds)
+
+
+def wait_for_background_build(log: Path, variant: str) -> None:
+    """Wait for the background build of ``variant`` to end, then fail with its log's tail unless its last
+    line says it succeeded."""
+    if not log.is_file():
+        pytest.fail(f"{log} does not exist: no background build of the {variant} image writes there")
+    activity = f"the background build of the {variant} image (output: {log})"
+    deadline = Deadline(BUILD_DEADLINE_S, activity, "see that output")
+    if not background_build_ended(log, deadline.remaining()):
+        pytest.fail(deadline.timeout_message())
+    lines = log.read_text(errors="replace").splitlines()
+    last = BUILD_EXIT_LINE.fullmatch(lines[-1]) if lines else None
+    if last is None or last.group(1) != "0":
+        outcome = f"exited {last.group(1)}" if last else "ended without its exit line"
+        tail = "\n".join(lines[-40:])
+        pytest.fail(f"the background build of the {variant} image {outcome}; {log}:\n{tail}")
+
+
+# The image fixtures of the tests that use them, and the variant each names.
+IMAGE_FIXTURES = {"cpu_image": "cpu", "gpu_image": "gpu"}
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """A test of an image whose build still runs in the background waits for it here, before its own time
+    limit starts (pytest-timeout's starts inside this hook); its image fixture then finds the build ended
+    and says whether it succeeded."""
+    for fixture, variant in IMAGE_FIXTURES.items():
+        log = background_build_log(variant)
+        if log is not None and log.is_file() and fixture in getattr(item, "fixturenames", ()):
+            background_build_ended(log, BUILD_DEADLINE_S)
+    return (yield)
+
+
 @pytest.fixture(scope="session")
 def cpu_image(docker_client: DockerCli, tmp_path_factory: pytest.TempPathFactory) -> str:
     image = os.environ.get("SAGETRAIN_TEST_IMAGE", DEFAULT_IMAGE)
-    if os.environ.get("SAGETRAIN_SKIP_BUILD", "0") != "1":
+    build_log = background_build_log("cpu")
+    if build_log is not None:
+        wait_for_background_build(build_log, "cpu")
+    elif os.environ.get("SAGETRAIN_SKIP_BUILD", "0") != "1":
         command = [str(REPO_ROOT / "scripts" / "build.sh"), "cpu"]
         if image != DEFAULT_IMAGE:
             command += ["--tag", image]

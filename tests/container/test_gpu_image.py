@@ -1,8 +1,9 @@
-"""The GPU image, when it has been built: `scripts/build.sh gpu`, which CI (.ci/run) does before the
-suite; scripts/test.sh alone skips these rather than download ~5 GB of CUDA wheels. No GPU is needed:
-these check what was compiled in and that every library resolves, EFA's NCCL plugin (aws-ofi-nccl) and
-libfabric's EFA provider included, and that what SageMaker users import works. Horovod's library is also
-taken out of the image and read with cuobjdump (PyPI's nvidia-cuda-cuobjdump, in tests/requirements.txt)."""
+"""The GPU image, when it has been built: `scripts/build.sh gpu`, which CI (.ci/run) starts in the
+background before the suite (these tests then wait for it); scripts/test.sh alone skips these rather than
+download ~5 GB of CUDA wheels. No GPU is needed: these check what was compiled in and that every library
+resolves, EFA's NCCL plugin (aws-ofi-nccl) and libfabric's EFA provider included, and that what SageMaker
+users import works. Horovod's library is also taken out of the image and read with cuobjdump (PyPI's
+nvidia-cuda-cuobjdump, in tests/requirements.txt)."""
 
 import importlib.metadata
 import json
@@ -13,13 +14,22 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, TEST_LABEL, run_in_image
+from conftest import (
+    IMAGE_NAME,
+    REPO_ROOT,
+    TEST_LABEL,
+    background_build_log,
+    run_in_image,
+    wait_for_background_build,
+)
 from sagetrain.config.devices import NCCL_EFA_PLUGIN
 from sagetrain.plan.efa import FI_PROVIDER_VAR, NCCL_NET_PLUGIN_VAR
 from user_packages import AWS_CLI_SCRIPT, EXPECTED, USE_SCRIPT, report
 
-GPU_IMAGE = os.environ.get("SAGETRAIN_TEST_GPU_IMAGE", "sagemaker-tf-horovod:gpu")
+GPU_IMAGE = os.environ.get("SAGETRAIN_TEST_GPU_IMAGE", f"{IMAGE_NAME}:gpu")
 RUN_DEADLINE_S = 600
+# Under pytest-xdist, one worker runs the module: its fixtures start their containers once.
+pytestmark = pytest.mark.xdist_group("gpu-image")
 # decimal GB, as `docker image inspect --format '{{.Size}}'` counts bytes
 MAX_IMAGE_BYTES = 6_500_000_000
 # V100, T4, A100, A10G (and L4, which runs sm_86 code), H100: the SageMaker GPU fleet.
@@ -45,7 +55,12 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def gpu_image(docker_client) -> str:
+    build_log = background_build_log("gpu")
+    if build_log is not None:
+        wait_for_background_build(build_log, "gpu")
     if docker_client.image_id(GPU_IMAGE) is None:
+        if build_log is not None:
+            pytest.fail(f"the background build ({build_log}) succeeded, yet {GPU_IMAGE} does not exist")
         pytest.skip(f"{GPU_IMAGE} is not built (scripts/build.sh gpu)")
     return GPU_IMAGE
 

@@ -18,6 +18,8 @@ from user_packages import AWS_CLI_SCRIPT, EXPECTED, USE_SCRIPT, report
 
 PINS = [REPO_ROOT / "container" / "pins" / name for name in ("python.txt", "python-added.txt")]
 RUN_DEADLINE_S = 300
+# Under pytest-xdist, one worker runs the module: its fixtures start their containers once.
+pytestmark = pytest.mark.xdist_group("image-contents")
 # decimal GB, as `docker image inspect --format '{{.Size}}'` counts bytes
 MAX_IMAGE_BYTES = 2_200_000_000
 

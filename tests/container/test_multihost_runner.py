@@ -14,8 +14,9 @@ import pytest
 from cluster import CASES, DOCKER, leftovers, run_cluster, start_cluster
 from sagetrain.deadline import Deadline
 
-pytestmark = [pytest.mark.container, pytest.mark.timeout(180)]
 DOUBLE_TAG = "sagetrain-test/local-cluster-double:1"
+# One pytest-xdist worker builds the stand-in image, once for the module.
+pytestmark = [pytest.mark.container, pytest.mark.timeout(180), pytest.mark.xdist_group(DOUBLE_TAG)]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from cluster import CASES, write_regression_csv
 from harness import assert_workers_identical, code_with_harness, harness_env
 from sdk_local_mode import (
     REPO,
+    SDK_NETWORK,
     SDK_V2,
     SdkRun,
     assert_ranks_spread_with_identical_weights,
@@ -28,7 +29,9 @@ from sdk_local_mode import (
     sdk_python,
 )
 
-pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
+# Both SDKs' local mode put their hosts on the one network named sagemaker-local, and each SDK's
+# virtualenv is made once: their tests run on one pytest-xdist worker, one after the other.
+pytestmark = [pytest.mark.container, pytest.mark.timeout(900), pytest.mark.xdist_group(SDK_NETWORK)]
 
 HERE = Path(__file__).resolve().parent
 JOB_SCRIPT = HERE / "sdk_v2_estimator_job.py"

@@ -32,6 +32,8 @@ from sagetrain.sdk.mpirun import CORRECTED
 from sdk_v3_package import SdkDrivers, fetch_sdk_drivers
 
 HOSTS = ("algo-1", "algo-2")
+# Under pytest-xdist, one worker runs the module: its fixture fetches the SDK's drivers once.
+pytestmark = pytest.mark.xdist_group("sdk-v3-drivers")
 SM_TRAIN = "/opt/ml/input/data/sm_drivers/sm_train.sh"
 ENTRYPOINT = ["/bin/bash", "-c", f"chmod +x {SM_TRAIN} && {SM_TRAIN}"]
 JOB_SECONDS = 420

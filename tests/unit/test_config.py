@@ -3,6 +3,7 @@
 import functools
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -331,10 +332,12 @@ def test_waits_must_be_positive_finite_numbers(tmp_path, key, raw):
 @pytest.mark.parametrize("depth", [3, 600, 950])
 def test_a_bad_value_nested_deep_or_long_is_named_in_one_short_sentence(tmp_path, depth):
     """JSON reads nesting deeper than the masking and quoting can walk: the sentence says so; a long value
-    is quoted by its start and size."""
+    is quoted by its start and size. Read from a thread's fresh stack, near empty as the entry's is:
+    Python's recursion limit counts the frames below the reader too, and the test runner's (more under
+    pytest-xdist's workers) would take from the nesting JSON can read."""
     raw = {"sagetrain_worker_wait_seconds": "[" * depth + "]" * depth, "sagemaker_region": '"x"'}
-    with pytest.raises(UserError) as error:
-        parse_settings(decode_hyperparameters(raw), tmp_path / "hp.json")
+    with ThreadPoolExecutor(max_workers=1) as fresh_stack, pytest.raises(UserError) as error:
+        fresh_stack.submit(lambda: parse_settings(decode_hyperparameters(raw), tmp_path / "hp.json")).result()
     assert "sagetrain_worker_wait_seconds must be a positive, finite number" in error.value.cause
     assert ("nested too deeply" in error.value.cause) is (depth > 500)
     long = {"sagetrain_worker_wait_seconds": json.dumps("y" * 20_000)}
