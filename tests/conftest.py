@@ -8,8 +8,9 @@ The order of the run: the tests that need no image first (unit, host integration
 tier's checks that start no container), so that they run while scripts/test.sh builds the image in the
 background; then the tests of the CPU image, the slow ones first, so that no worker is left with one at
 the end; the GPU image's last, as its build ends last (.ci/run). Under pytest-xdist (`--dist loadgroup`)
-the tests of one `xdist_group` run on one worker, one after the other: the host integration tests share
-this machine's ports (sshd, the coordinator's default port).
+the tests of one `xdist_group` run on one worker, one after the other: the unit and host integration
+tests share this machine's ports (the host tests pick a free port for sshd or the coordinator, and a
+unit test's ephemeral socket on another worker could take it in between), so they are one group.
 """
 
 import os
@@ -19,7 +20,8 @@ import pytest
 
 collect_ignore_glob = [] if os.environ.get("SAGETRAIN_IN_IMAGE") == "1" else ["integration/image/*"]
 
-HOST_INTEGRATION = Path(__file__).resolve().parent / "integration" / "host"
+TESTS = Path(__file__).resolve().parent
+HOST_TIERS = (TESTS / "unit", TESTS / "integration" / "host")
 
 
 def run_order(item: pytest.Item) -> int:
@@ -35,6 +37,6 @@ def run_order(item: pytest.Item) -> int:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if HOST_INTEGRATION in Path(item.fspath).parents:
+        if any(tier in Path(item.fspath).parents for tier in HOST_TIERS):
             item.add_marker(pytest.mark.xdist_group("host-ports"))
     items.sort(key=run_order)
