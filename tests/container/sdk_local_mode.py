@@ -16,6 +16,7 @@ the tests ask it (`--check`), so the script and the tests cannot disagree about 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -72,7 +73,15 @@ SDK_V3 = Sdk(sdk_v3_package.PACKAGE, "sagemaker.train.model_trainer")
 
 
 def sdk_python(sdk: Sdk) -> Path:
-    """The interpreter of the SDK's own virtualenv, with the pinned SDK installed (once)."""
+    """The interpreter of the SDK's own virtualenv, with the pinned SDK installed (once). pytest-xdist's
+    workers each ask for it: one installs while the others wait on the virtualenv's lock."""
+    SDK_VENVS.mkdir(parents=True, exist_ok=True)
+    with (SDK_VENVS / f"{sdk.package}.lock").open("w") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        return _installed_sdk_python(sdk)
+
+
+def _installed_sdk_python(sdk: Sdk) -> Path:
     venv = SDK_VENVS / sdk.package
     python = venv / "bin" / "python"
     check = (

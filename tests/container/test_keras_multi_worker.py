@@ -166,14 +166,13 @@ def test_the_aws_toolkit_mwms_script(tmp_path, cpu_image, docker_client):
     run_recipe(tmp_path, cpu_image, docker_client, "mwms_aws_toolkit", "train_dummy.py", 2, data)
 
 
-EPOCH_DONE = re.compile(r"(?:^|\| )epoch=(\d+)$")
-EPOCH_BEGUN = re.compile(r"(?:^|\| )begin epoch=(\d+)$")
+EPOCH_DONE = re.compile(r"^epoch=(\d+)$")
+EPOCH_BEGUN = re.compile(r"^begin epoch=(\d+)$")
 
 
-def epochs_in(lines, pattern: re.Pattern, host: str = "algo-1") -> list[int]:
-    return [
-        int(match.group(1)) for line in lines if line.startswith(host) and (match := pattern.search(line))
-    ]
+def epochs_in(result, pattern: re.Pattern, host: str = "algo-1") -> list[int]:
+    """The epochs ``host``'s program said it began or ended, from its own lines (rank tag left out)."""
+    return [int(match.group(1)) for line in result.host_lines(host) if (match := pattern.search(line))]
 
 
 def test_sigterm_mid_fit_then_a_restart_resumes_from_the_backup_without_losing_an_epoch(tmp_path, cpu_image):
@@ -191,7 +190,7 @@ def test_sigterm_mid_fit_then_a_restart_resumes_from_the_backup_without_losing_a
     DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1"), running.container("algo-2")])
     stopped = running.wait()
     assert stopped.exit_code != 0, stopped.describe()
-    completed = epochs_in(stopped.lines, EPOCH_DONE)
+    completed = epochs_in(stopped, EPOCH_DONE)
     assert completed and 2 <= completed[-1] < 6, stopped.describe()
     assert (checkpoints / "backup" / "latest.weights.h5").is_file()
 
@@ -199,12 +198,12 @@ def test_sigterm_mid_fit_then_a_restart_resumes_from_the_backup_without_losing_a
         tmp_path, cpu_image, stopped.workdir, name="mwms-resume", timeout=540, extra=run_flags
     )
     assert resumed.exit_code == 0, resumed.describe()
-    begun = epochs_in(resumed.lines, EPOCH_BEGUN)
+    begun = epochs_in(resumed, EPOCH_BEGUN)
     print(f"the stopped run completed epochs {completed}; the restart ran epochs {begun}")
     # It starts right after the last backed-up epoch: the last one the stopped run reported, or the one
     # after it when SIGTERM came between writing a backup and printing its line.
     assert begun and completed[-1] + 1 <= begun[0] <= completed[-1] + 2, (completed, begun)
     assert begun == list(range(begun[0], 7)), begun
-    assert epochs_in(resumed.lines, EPOCH_BEGUN, host="algo-2") == begun
+    assert epochs_in(resumed, EPOCH_BEGUN, host="algo-2") == begun
     weights = files_by_host(resumed, "worker-*-weights.npz")
     assert_identical_weights([paths[0] for paths in weights.values()])

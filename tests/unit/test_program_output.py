@@ -202,6 +202,20 @@ def test_the_copy_tags_lines_and_shows_shutdown_records_only_when_the_program_fa
     assert set(account.last_lines) >= {"epoch=1 loss=0.5", "warning", "done"}
 
 
+def test_the_copy_leaves_out_absls_header_and_keeps_the_record_after_it():
+    preamble = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    record = (
+        b"W0000 00:00:1.5 31 dataset.cc:997] Input of GeneratorDatasetOp::Dataset will not be optimized\n"
+    )
+    stderr = io.BytesIO()
+    output = RankOutput(
+        (pipe_with(b""), io.BytesIO()), (pipe_with(preamble + record + b"x" + preamble), stderr), "[r] "
+    )
+    output.finish(0)
+    # Only a whole line is left out: the same text inside a line the program wrote is its own.
+    assert stderr.getvalue() == b"[r] " + record + b"[r] x" + preamble
+
+
 def test_the_account_keeps_the_last_lines_without_noise_and_finds_the_traceback():
     noise = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
     said = b"".join(f"line {n}\n".encode() for n in range(50))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 from pathlib import Path
 
 from harness_names import MAX_TAKE_VAR, MNIST_VAR, OUT_VAR, PROBE_VAR, REFERENCE_VAR
@@ -133,5 +134,14 @@ def _install(out_dir: str) -> None:
     _dump_weights_at_exit(out_dir)
 
 
-if os.environ.get(OUT_VAR):
+def _is_the_images_own_process() -> bool:
+    """The image's entry and launchers (``python -m sagetrain``, ``-m sagetrain.launch.…``) run no user
+    code: the harness stays out of them, as a user's job has nothing there, and they import no TensorFlow.
+    (The managed trainer, ``-m sagetrain.trainer``, runs the user's model: the harness goes in.)"""
+    argv = getattr(sys, "orig_argv", [])
+    module = argv[2] if len(argv) > 2 and argv[1] == "-m" else ""
+    return module == "sagetrain" or module.startswith("sagetrain.launch.")
+
+
+if os.environ.get(OUT_VAR) and not _is_the_images_own_process():
     _install(os.environ[OUT_VAR])

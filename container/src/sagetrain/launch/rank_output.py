@@ -16,6 +16,7 @@ from sagetrain.contracts import RankPlace
 from sagetrain.report.program_output import (
     RaisedException,
     ShutdownNoise,
+    is_log_preamble,
     last_exception,
     plain,
     without_noise,
@@ -81,8 +82,10 @@ class RankOutput:
         at_line_start = True
         for chunk in iter(lambda: source.readline(READ_CHUNK_BYTES), b""):
             text = plain(chunk.decode("utf-8", "replace"))
-            tagged = self._tag + chunk if at_line_start else chunk
-            at_line_start = chunk.endswith(b"\n")
+            starts_line, at_line_start = at_line_start, chunk.endswith(b"\n")
+            if starts_line and at_line_start and is_log_preamble(text):
+                continue  # the record after it is shown; the header itself says nothing
+            tagged = self._tag + chunk if starts_line else chunk
             with self._lock:
                 self._lines.append(text)
                 if is_stderr:

@@ -17,12 +17,16 @@ _TERMINAL_CODE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|
 GLOG_RECORD = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.-]+:\d+\]")
 _GLOG_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ ")
 
+# absl's header before the first record TensorFlow's C++ code logs in a process, even with INFO records
+# off (a warning still prints it): it says nothing of the record that follows.
+_ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
 # What TensorFlow prints while it starts, on every rank, whatever the program does: never a failure's
-# cause. (TF_CPP_MIN_LOG_LEVEL=1, the job's default, keeps them from being printed at all.)
+# cause. (TF_CPP_MIN_LOG_LEVEL=1, the job's default, keeps the rest of them from being printed at all.)
 _STARTUP_LINES = re.compile(
     "|".join(
         (
-            r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
+            f"^{re.escape(_ABSL_PREAMBLE)}$",
             r"^To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler",
             r"oneDNN custom operations are on\.",
             r"Unable to register (?:cuDNN|cuFFT|cuBLAS) factory",
@@ -68,6 +72,11 @@ def is_noise(line: str) -> bool:
     """Whether a (plain) line says nothing about how the program ended: TensorFlow's start-up lines and
     its C++ INFO records, and blank lines."""
     return not line.strip() or bool(_STARTUP_LINES.search(line) or _GLOG_INFO.match(line))
+
+
+def is_log_preamble(line: str) -> bool:
+    """Whether a (plain) line is absl's header before a process's first C++ log record."""
+    return line == _ABSL_PREAMBLE
 
 
 def without_noise(lines: Iterable[str]) -> list[str]:
