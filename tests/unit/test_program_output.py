@@ -8,7 +8,7 @@ import threading
 
 import pytest
 from sagetrain.contracts import RankPlace
-from sagetrain.launch.rank_output import LAST_LINES, RankOutput, rank_tag
+from sagetrain.launch.rank_output import LAST_LINES, RankOutput, ending_with_last_error, rank_tag
 from sagetrain.report.program_output import ShutdownNoise, is_noise, last_exception, plain
 
 # What the image's TensorFlow and Keras 3.15.1 printed for a Dense layer given the wrong input width
@@ -214,6 +214,30 @@ def test_the_copy_leaves_out_absls_header_and_keeps_the_record_after_it():
     output.finish(0)
     # Only a whole line is left out: the same text inside a line the program wrote is its own.
     assert stderr.getvalue() == b"[r] " + record + b"[r] x" + preamble
+
+
+@pytest.mark.parametrize(
+    ("said", "errors", "expected"),
+    [
+        # stdout's line taken after the error it came before: the error ends the account
+        (
+            ["rank 1 started", "giving up", "epoch 3"],
+            ["giving up"],
+            ["rank 1 started", "epoch 3", "giving up"],
+        ),
+        (["a", "giving up"], ["giving up"], ["a", "giving up"]),  # in order already
+        (["a", "b"], [], ["a", "b"]),  # nothing on stderr: as the copiers took them
+        (["b", "c"], ["z"], ["b", "c", "z"]),  # an error line kept out by the line limit comes back
+    ],
+)
+def test_the_account_ends_with_the_last_line_on_stderr(said, errors, expected):
+    assert ending_with_last_error(said, errors) == expected
+
+
+def test_the_account_ends_within_its_line_limit():
+    said = [f"line {n}" for n in range(LAST_LINES)]
+    ended = ending_with_last_error(said, ["the error"])
+    assert len(ended) == LAST_LINES and ended[-1] == "the error" and ended[0] == "line 1"
 
 
 def test_the_account_keeps_the_last_lines_without_noise_and_finds_the_traceback():

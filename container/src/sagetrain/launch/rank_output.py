@@ -56,6 +56,18 @@ class ProgramAccount:
     raised: RaisedException | None  # the last exception it printed a traceback for
 
 
+def ending_with_last_error(said: list[str], errors: list[str]) -> list[str]:
+    """``said`` (both streams' lines, as their copiers took them) ending with the program's last line on
+    stderr, where a failing program says why. Two pipes have no order between them: a line printed to
+    stdout just before the error can be taken after it, and the failure sentence quotes the last line."""
+    if not errors or (said and said[-1] == errors[-1]):
+        return said
+    last_error = errors[-1]
+    at = max((i for i, line in enumerate(said) if line == last_error), default=None)
+    rest = said[:at] + said[at + 1 :] if at is not None else said[1:] if len(said) >= LAST_LINES else said
+    return [*rest, last_error]
+
+
 class RankOutput:
     """Copies ``streams`` ((source, sink) pairs: the program's stdout and stderr, then ours) on threads
     of their own; ``finish`` once the program has exited."""
@@ -109,4 +121,5 @@ class RankOutput:
             for sink, line in held:
                 sink.write(line)
                 sink.flush()
-        return ProgramAccount(tuple(without_noise(lines)[-LAST_LINES:]), last_exception(stderr_lines))
+        said = ending_with_last_error(without_noise(lines)[-LAST_LINES:], without_noise(stderr_lines))
+        return ProgramAccount(tuple(said), last_exception(stderr_lines))
