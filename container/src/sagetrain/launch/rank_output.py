@@ -64,8 +64,8 @@ def ending_with_last_error(said: list[str], errors: list[str]) -> list[str]:
         return said
     last_error = errors[-1]
     at = max((i for i, line in enumerate(said) if line == last_error), default=None)
-    rest = said[:at] + said[at + 1 :] if at is not None else said[1:] if len(said) >= LAST_LINES else said
-    return [*rest, last_error]
+    rest = said if at is None else said[:at] + said[at + 1 :]
+    return [*rest, last_error][-LAST_LINES:]
 
 
 class RankOutput:
