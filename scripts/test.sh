@@ -68,4 +68,5 @@ fi
 "$venv/bin/pip" install -q --disable-pip-version-check -c container/pins/python.txt \
   -c container/pins/python-added.txt -r tests/requirements.txt ./container
 
-exec "$venv/bin/python" -m pytest tests -n "${SAGETRAIN_TEST_WORKERS:-3}" --dist loadgroup "$@"
+# The slowest tests listed at the end: what a change to the suite's schedule should look at first.
+exec "$venv/bin/python" -m pytest tests -n "${SAGETRAIN_TEST_WORKERS:-3}" --dist loadgroup --durations=40 "$@"

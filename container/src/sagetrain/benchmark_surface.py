@@ -26,10 +26,19 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.report.verdict": frozenset({"SUCCESS"}),
     # Figure 16: masking at SageMaker's limits, and the former method from the same forms.
     "sagetrain.redact": frozenset({"MASK", "Redactor", "forms"}),
-    # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches).
+    # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches); and
+    # the trainer's profile (payload/trainer_profile.py): each stage of a rank's epoch on its own.
     "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
     "sagetrain.trainer.job": frozenset({"trainer_job"}),
-    "sagetrain.trainer.preparation": frozenset({"prepare"}),
-    "sagetrain.trainer.readers": frozenset({"epoch_batches", "epoch_seed"}),
+    "sagetrain.trainer.preparation": frozenset({"TRAIN", "prepare"}),
+    "sagetrain.trainer.readers": frozenset({"epoch_batches", "epoch_seed", "tfrecord_records"}),
     "sagetrain.trainer.sharding": frozenset({"batch_sizes", "steps_per_epoch"}),
+    "sagetrain.trainer.channels": frozenset({"list_data_files", "open_channel"}),
+    "sagetrain.trainer.tfrecord_frames": frozenset({"count_files"}),
+    "sagetrain.trainer.collectives": frozenset({"make_collectives"}),
+    "sagetrain.trainer.loop": frozenset(
+        {"make_train_step", "model_variables", "optimizer_variables", "values_of"}
+    ),
+    "sagetrain.trainer.checkpoints": frozenset({"CheckpointMeta", "Progress", "write_checkpoint"}),
+    "sagetrain.trainer.export": frozenset({"export_model"}),
 }

@@ -155,6 +155,27 @@ def test_input_fn_returning_an_infinite_dataset(tmp_path):
     )
 
 
+def test_an_input_fn_that_yields_fewer_records_than_it_was_counted_with(tmp_path):
+    data.write_npz(tmp_path / "input" / "data" / "train", 6, 1)
+    body = (
+        "def build_model(hp):\n    return model()\n"
+        "iterations = []\n"
+        "def records():\n"
+        "    iterations.append(1)\n"
+        "    for _ in range(12 if len(iterations) == 1 else 6):  # counted with 12, trained with 6\n"
+        "        yield [0.0] * 4, 0.0\n"
+        "def input_fn(channel, hp):\n"
+        "    spec = (tf.TensorSpec((4,), tf.float32), tf.TensorSpec((), tf.float32))\n"
+        "    return tf.data.Dataset.from_generator(records, output_signature=spec)\n"
+    )
+    run = run_trainer(tmp_path, write_module(tmp_path, body), {"batch_size": 4, "epochs": 2})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.error(0)["message"] == (
+        "channel 'train' ran out of records on rank 0 at step 3 of epoch 1, though 3 steps were counted at "
+        "start; input_fn must return the same records every time it is iterated."
+    )
+
+
 PARSE_RECORD = """
 def build_model(hp):
     return model()

@@ -41,9 +41,12 @@ def assert_every_record_once_per_epoch(
         # One process per host with TF_CONFIG: the trainer's collectives are MultiWorkerMirroredStrategy's.
         ("multi_worker_mirrored", 2, 53, 5, data.write_npz),
         ("multi_worker_mirrored", 3, 47, 2, data.write_tfrecord),
+        # More files per rank than the TFRecord reader opens at once: file-level, read interleaved.
+        ("horovod", 2, 61, 40, data.write_tfrecord),
+        ("multi_worker_mirrored", 2, 61, 40, data.write_tfrecord),
     ],
     ids=["2ranks-5npz", "3ranks-2tfrecord", "2ranks-1csv", "3ranks-1npz", "mwms-2workers-5npz",
-         "mwms-3workers-2tfrecord"],
+         "mwms-3workers-2tfrecord", "2ranks-40tfrecord", "mwms-2workers-40tfrecord"],
 )  # fmt: skip
 def test_every_record_once_per_epoch_equal_steps_identical_weights(
     tmp_path, engine, ranks, records, files, writer

@@ -15,8 +15,8 @@ RANKS, RECORDS, EPOCHS, BATCH = 2, 37, 4, 8
 STEPS = 5  # ceil(min(19, 18) / (8 // 2))
 
 
-def fresh_tree(root: Path) -> Path:
-    data.write_npz(root / "input" / "data" / "train", RECORDS, 3)
+def fresh_tree(root: Path, write_train=data.write_npz, files: int = 3) -> Path:
+    write_train(root / "input" / "data" / "train", RECORDS, files)
     data.write_npz(root / "input" / "data" / "validation", 9, 1)
     (root / "ids").mkdir(parents=True)
     return root
@@ -26,9 +26,19 @@ def hyperparameters(root: Path, **extra) -> dict:
     return {"epochs": EPOCHS, "batch_size": BATCH, "seed": 11, "ids_dir": str(root / "ids"), **extra}
 
 
-@pytest.mark.parametrize("engine", ["horovod", "multi_worker_mirrored"])
-def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engine):
-    interrupted = fresh_tree(tmp_path / "interrupted")
+@pytest.mark.parametrize(
+    ("engine", "write_train", "files"),
+    [
+        ("horovod", data.write_npz, 3),
+        ("multi_worker_mirrored", data.write_npz, 3),
+        # Several files per rank, which the TFRecord reader interleaves: a resumed epoch must skip the
+        # same records in the same order.
+        ("horovod", data.write_tfrecord, 8),
+    ],
+    ids=["horovod-npz", "mwms-npz", "horovod-tfrecord"],
+)
+def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engine, write_train, files):
+    interrupted = fresh_tree(tmp_path / "interrupted", write_train, files)
     folder = interrupted / "checkpoints"
     # Rank 1 alone is signalled, during the first step of epoch 3.
     first = run_trainer(
@@ -90,7 +100,7 @@ def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engi
     total_steps = [len(step_ids(interrupted, rank)) for rank in range(RANKS)]
     assert total_steps == [EPOCHS * STEPS] * RANKS
 
-    straight = fresh_tree(tmp_path / "straight")
+    straight = fresh_tree(tmp_path / "straight", write_train, files)
     uninterrupted = run_trainer(
         straight, CASES / "ids_module.py", hyperparameters(straight), ranks=RANKS, engine=engine
     )

@@ -13,7 +13,7 @@ import io
 import logging
 import pickle
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -36,13 +36,38 @@ class Collectives(Protocol):
 
     def mean_over_ranks(self, values: np.ndarray) -> np.ndarray: ...
 
-    def average_gradients(self, gradients: list[tf.Tensor], weight: tf.Tensor) -> list[tf.Tensor]:
-        """Each gradient averaged over ranks weighted by ``weight``, this rank's batch length: every record
-        of the step weighs the same, so for a mean-reduced loss the step equals one process on the ranks'
-        concatenated batches, whatever each rank's batch size."""
+    def reduce_step(
+        self, gradients: list[tf.Tensor], weight: tf.Tensor, stop_flag: tf.Tensor
+    ) -> tuple[list[tf.Tensor], tf.Tensor]:
+        """A training step's one collective (one per dtype): each gradient averaged over ranks weighted by
+        ``weight``, this rank's batch length, and ``stop_flag`` summed (how many ranks asked to stop).
+        Weighted, every record of the step weighs the same, so for a mean-reduced loss the step equals
+        one process on the ranks' concatenated batches, whatever each rank's batch size."""
         ...
 
-    def sum_over_ranks(self, value: tf.Tensor) -> tf.Tensor: ...
+
+def weighted_step(
+    sum_by_dtype: Callable[[list[tf.Tensor]], list[tf.Tensor]],
+    gradients: list[tf.Tensor],
+    weight: tf.Tensor,
+    stop_flag: tf.Tensor,
+) -> tuple[list[tf.Tensor], tf.Tensor]:
+    """``reduce_step`` over an engine's ``sum_by_dtype`` (each tensor summed over ranks, one collective
+    per dtype): sum(weight * gradient) / sum(weight), with the weights and the stop flag in the same
+    collectives as the gradients, so a step costs no extra round trip."""
+    dtypes = list(dict.fromkeys(gradient.dtype for gradient in gradients))
+    weights = {dtype: tf.cast(weight, dtype) for dtype in dtypes}
+    summed = sum_by_dtype(
+        [gradient * weights[gradient.dtype] for gradient in gradients]
+        + [weights[dtype] for dtype in dtypes]
+        + [stop_flag]
+    )
+    total_weight = dict(zip(dtypes, summed[len(gradients) : -1], strict=True))
+    averaged = [
+        gradient_sum / total_weight[gradient.dtype]
+        for gradient, gradient_sum in zip(gradients, summed, strict=False)
+    ]
+    return averaged, summed[-1]
 
 
 class SingleProcess:
@@ -68,11 +93,10 @@ class SingleProcess:
     def mean_over_ranks(self, values: np.ndarray) -> np.ndarray:
         return values
 
-    def average_gradients(self, gradients: list[tf.Tensor], weight: tf.Tensor) -> list[tf.Tensor]:
-        return gradients
-
-    def sum_over_ranks(self, value: tf.Tensor) -> tf.Tensor:
-        return value
+    def reduce_step(
+        self, gradients: list[tf.Tensor], weight: tf.Tensor, stop_flag: tf.Tensor
+    ) -> tuple[list[tf.Tensor], tf.Tensor]:
+        return gradients, stop_flag
 
 
 # Dtypes Horovod's broadcast accepts; others (Keras 3's uint32 seed state) travel as int64.
@@ -130,22 +154,20 @@ class HorovodCollectives:
     def mean_over_ranks(self, values: np.ndarray) -> np.ndarray:
         return self._hvd.allreduce(tf.constant(values, tf.float64), op=self._hvd.Average).numpy()
 
-    def average_gradients(self, gradients: list[tf.Tensor], weight: tf.Tensor) -> list[tf.Tensor]:
-        # sum(weight * gradient) / sum(weight), the weights summed in the same group (no extra round trip);
-        # one group per dtype, as a group reduces tensors of one dtype.
-        averaged = list(gradients)
-        for dtype in dict.fromkeys(gradient.dtype for gradient in gradients):
-            indices = [index for index, gradient in enumerate(gradients) if gradient.dtype == dtype]
-            local_weight = tf.cast(weight, dtype)
-            summed = self._hvd.grouped_allreduce(
-                [gradients[index] * local_weight for index in indices] + [local_weight], op=self._hvd.Sum
-            )
-            for index, gradient_sum in zip(indices, summed[:-1], strict=True):
-                averaged[index] = gradient_sum / summed[-1]
-        return averaged
+    def _sum(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
+        """Each tensor summed over ranks, one group per dtype (a group reduces tensors of one dtype)."""
+        summed = list(tensors)
+        for dtype in dict.fromkeys(tensor.dtype for tensor in tensors):
+            indices = [index for index, tensor in enumerate(tensors) if tensor.dtype == dtype]
+            group = self._hvd.grouped_allreduce([tensors[index] for index in indices], op=self._hvd.Sum)
+            for index, value in zip(indices, group, strict=True):
+                summed[index] = value
+        return summed
 
-    def sum_over_ranks(self, value: tf.Tensor) -> tf.Tensor:
-        return self._hvd.allreduce(value, op=self._hvd.Sum)
+    def reduce_step(
+        self, gradients: list[tf.Tensor], weight: tf.Tensor, stop_flag: tf.Tensor
+    ) -> tuple[list[tf.Tensor], tf.Tensor]:
+        return weighted_step(self._sum, gradients, weight, stop_flag)
 
 
 class MultiWorkerCollectives:
@@ -234,19 +256,10 @@ class MultiWorkerCollectives:
         (summed,) = self._sum([tf.constant(values, tf.float64)])
         return summed.numpy() / self.ranks.size
 
-    def average_gradients(self, gradients: list[tf.Tensor], weight: tf.Tensor) -> list[tf.Tensor]:
-        averaged = list(gradients)
-        for dtype in dict.fromkeys(gradient.dtype for gradient in gradients):
-            indices = [index for index, gradient in enumerate(gradients) if gradient.dtype == dtype]
-            local_weight = tf.cast(weight, dtype)
-            summed = self._sum([gradients[index] * local_weight for index in indices] + [local_weight])
-            for index, gradient_sum in zip(indices, summed[:-1], strict=True):
-                averaged[index] = gradient_sum / summed[-1]
-        return averaged
-
-    def sum_over_ranks(self, value: tf.Tensor) -> tf.Tensor:
-        (summed,) = self._sum([value])
-        return summed
+    def reduce_step(
+        self, gradients: list[tf.Tensor], weight: tf.Tensor, stop_flag: tf.Tensor
+    ) -> tuple[list[tf.Tensor], tf.Tensor]:
+        return weighted_step(self._sum, gradients, weight, stop_flag)
 
 
 class _EagerOverheadFilter(logging.Filter):

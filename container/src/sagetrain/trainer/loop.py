@@ -61,14 +61,15 @@ def make_train_step(prepared: Prepared, collectives: Collectives) -> Callable[[A
         records = _batch_length(x)
         # Variables the loss does not reach have no gradient on any rank (same graph everywhere).
         connected = [index for index, gradient in enumerate(gradients) if gradient is not None]
-        averaged = collectives.average_gradients(
-            [tf.convert_to_tensor(gradients[index]) for index in connected], records
+        # The stop flag travels with the gradients, so stopping costs no extra round trip: any rank's
+        # SIGTERM stops all.
+        averaged, stop_requests = collectives.reduce_step(
+            [tf.convert_to_tensor(gradients[index]) for index in connected], records, stop_flag
         )
         optimizer.apply_gradients(zip(averaged, [trainable[index] for index in connected], strict=True))
         loss_tracker.update_state(loss, sample_weight=records)
         model.compute_metrics(x, y, y_pred, None)
-        # Folded into the step so stopping costs no extra round trip: any rank's SIGTERM stops all.
-        return collectives.sum_over_ranks(stop_flag)
+        return stop_requests
 
     return train_step
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,8 @@ import tensorflow as tf
 from sagetrain.errors import UserError
 from sagetrain.trainer.channels import Channel, DataFormat, npy_labels_path
 from sagetrain.trainer.contract import ModelModule, call_user, describe_message
-from sagetrain.trainer.sharding import ShardLevel
+from sagetrain.trainer.sharding import ShardLevel, records_in_record_shard
+from sagetrain.trainer.tfrecord_frames import FrameError, count_files
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,12 @@ class RankRecords:
     count: int
     reader: Reader
 
+
+# Files a TFRecord channel reads at once. A constant, not the machine's core count: the order of the
+# records depends on it, and every rank (record-level shards keep positions in that order) and every
+# restart (a resumed epoch skips the batches already trained) must see the same order.
+READ_CYCLE = 16
+_FRAMING = Reader("the TFRecord reader", "check that the files are complete TFRecord files")
 
 # What TensorFlow raises when reading records fails. When its message quotes bytes that are not UTF-8 (a
 # binary record parse_record cannot parse, say), the OpError cannot be made and Python gets the
@@ -221,9 +228,8 @@ def rank_records(
                 f"channel {channel.name!r} holds TFRecord files; define parse_record(serialized, hp) in "
                 f"{module.path.name} (returning (features, label)) or input_fn(channel, hp)."
             )
-        raw = _keep_record_shard(tf.data.TFRecordDataset(list(channel.files)), channel)
-        tfrecord_reader = Reader("the TFRecord reader", "check that the files are complete TFRecord files")
-        count = _count(raw, channel, tfrecord_reader)
+        raw = _keep_record_shard(tfrecord_records(channel.files), channel)
+        count = _tfrecord_count(channel)
         parse = _traced_parser(module, module.parse_record, hp, channel.name)
         reader = Reader(
             f"parse_record in {module.path.name}",
@@ -235,6 +241,32 @@ def rank_records(
         )
         return RankRecords(channel, dataset, count, reader)
     raise UserError(f"channel {channel.name!r}: no reader for its files; define input_fn(channel, hp).")
+
+
+def tfrecord_records(files: Sequence[str]) -> tf.data.Dataset:
+    """The records of ``files``, ``READ_CYCLE`` files at a time, one record from each in turn: opening
+    and reading files overlap (on a channel of many small files they no longer come one after another)."""
+    return tf.data.Dataset.from_tensor_slices(list(files)).interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=READ_CYCLE,
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def _tfrecord_count(channel: Channel) -> int:
+    """This rank's records of a TFRecord channel, from the files' frame headers (no second read of the
+    records before training)."""
+    try:
+        total = count_files(channel.files)
+    except FrameError as error:
+        as_tensorflow_says = tf.errors.DataLossError(None, None, str(error))
+        raise read_error(channel, _FRAMING, as_tensorflow_says) from error
+    shard = channel.shard
+    if shard.level is ShardLevel.RECORD:
+        return records_in_record_shard(total, shard.record_index, shard.record_count)
+    return total
 
 
 def _traced_parser(

@@ -404,8 +404,8 @@ class EpochRunner:
                 f"same records every time it is iterated."
             ) from None
         except READ_ERRORS as error:
-            # Before training only the first batch went through parse_record (the count reads raw
-            # records) or through an input_fn whose dataset knows its length, so a record they
+            # Before training only the first batch went through parse_record (the count reads no
+            # record) or through an input_fn whose dataset knows its length, so a record they
             # cannot read can still fail here.
             raise _step_error(
                 self.prepared, error, f" on rank {rank} at step {done} of epoch {epoch}"

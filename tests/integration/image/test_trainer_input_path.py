@@ -1,0 +1,77 @@
+"""The managed trainer's TFRecord input path against TensorFlow's own reader, on files TensorFlow wrote:
+the frame-header count equals the records TensorFlow reads, a cut file fails the count exactly when
+TensorFlow's reader fails on it, and the interleaved read yields every record once, in the same order
+every time."""
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from sagetrain.trainer.readers import READ_CYCLE, tfrecord_records
+from sagetrain.trainer.tfrecord_frames import FrameError, count_files, count_records
+
+# The frame tests/unit/test_trainer_tfrecord_frames.py builds for b"abc", as TensorFlow writes it.
+FRAME_ABC_HEX = "0300000000000000b099490e6162636e57f121"
+
+
+def write_records(path: Path, records: list[bytes]) -> str:
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)
+    return str(path)
+
+
+def tensorflow_count(path: str) -> int:
+    return int(tf.data.TFRecordDataset([path]).reduce(np.int64(0), lambda count, _: count + 1))
+
+
+def test_tensorflow_frames_a_record_as_the_unit_tests_expect(tmp_path):
+    path = write_records(tmp_path / "abc.tfrecord", [b"abc"])
+    assert Path(path).read_bytes().hex() == FRAME_ABC_HEX
+
+
+def test_header_count_equals_tensorflows_on_records_of_every_size(tmp_path):
+    rng = np.random.default_rng(5)
+    paths = []
+    for index in range(40):
+        sizes = rng.integers(0, 90_000 if index % 7 == 0 else 600, size=int(rng.integers(0, 9)))
+        records = [rng.bytes(int(size)) for size in sizes]
+        paths.append(write_records(tmp_path / f"part-{index:03d}.tfrecord", records))
+    for path in paths:
+        assert count_records(path) == tensorflow_count(path), path
+    assert count_files(paths) == sum(tensorflow_count(path) for path in paths)
+
+
+def test_a_cut_file_fails_the_count_exactly_when_tensorflow_fails_to_read_it(tmp_path):
+    whole = Path(write_records(tmp_path / "whole.tfrecord", [b"first", b"", b"x" * 300]))
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.tfrecord"
+    for length in range(len(data)):
+        cut.write_bytes(data[:length])
+        try:
+            expected: int | None = tensorflow_count(str(cut))
+        except tf.errors.DataLossError:
+            expected = None
+        if expected is None:
+            with pytest.raises(FrameError, match="truncated record at"):
+                count_records(str(cut))
+        else:
+            assert count_records(str(cut)) == expected, length
+
+
+def test_the_interleaved_read_yields_every_record_once_in_one_order(tmp_path):
+    paths = [
+        write_records(
+            tmp_path / f"part-{index:03d}.tfrecord", [f"{index}-{row}".encode() for row in range(index % 5)]
+        )
+        for index in range(3 * READ_CYCLE + 1)
+    ]
+    expected = Counter(f"{index}-{row}".encode() for index in range(len(paths)) for row in range(index % 5))
+    first = [bytes(record) for record in tfrecord_records(paths).as_numpy_iterator()]
+    again = [bytes(record) for record in tfrecord_records(paths).as_numpy_iterator()]
+    assert Counter(first) == expected
+    assert first == again
+    # Interleaved, not one file after another: the second record read comes from the second file.
+    assert first[:2] == [b"1-0", b"2-0"]

@@ -1,0 +1,86 @@
+"""Counting TFRecord records from frame headers, without TensorFlow (the image's tests compare the counts
+with TensorFlow's reader on files TensorFlow wrote)."""
+
+import re
+import struct
+from pathlib import Path
+
+import pytest
+from sagetrain.trainer.tfrecord_frames import FrameError, count_files, count_records, crc32c, masked_crc32c
+
+# How TensorFlow frames the record b"abc" (tests/integration/image/test_trainer_input_path.py checks it
+# against tf.io.TFRecordWriter in the image).
+TENSORFLOW_FRAME_ABC = bytes.fromhex("0300000000000000b099490e6162636e57f121")
+
+
+def frame(record: bytes) -> bytes:
+    length = struct.pack("<Q", len(record))
+    return (
+        length + struct.pack("<I", masked_crc32c(length)) + record + struct.pack("<I", masked_crc32c(record))
+    )
+
+
+def write(path, records):
+    path.write_bytes(b"".join(frame(record) for record in records))
+    return str(path)
+
+
+def test_crc32c_is_castagnoli():
+    assert crc32c(b"123456789") == 0xE3069283  # the standard check value of CRC-32C
+    assert crc32c(b"") == 0
+
+
+def test_frames_as_tensorflow_writes_them():
+    assert frame(b"abc") == TENSORFLOW_FRAME_ABC
+
+
+def test_counts_records_of_every_size(tmp_path):
+    records = [b"", b"a", b"x" * 70_000, b"\x00" * 12, b"last"]
+    assert count_records(write(tmp_path / "data.tfrecord", records)) == len(records)
+    assert count_records(write(tmp_path / "empty.tfrecord", [])) == 0
+
+
+def test_a_file_cut_inside_a_frame_is_truncated_unless_inside_its_header(tmp_path):
+    """As TensorFlow's reader reads it (the image's tests compare the two on every cut): a file that ends
+    within a frame's 12 header bytes ends there; one that ends after them is truncated."""
+    frames = [frame(record) for record in (b"first", b"second record", b"3")]
+    starts = [sum(len(item) for item in frames[:index]) for index in range(len(frames))]
+    whole = b"".join(frames)
+    path = tmp_path / "cut.tfrecord"
+    for cut in range(len(whole) + 1):
+        path.write_bytes(whole[:cut])
+        started = max((start for start in starts if start <= cut), default=0)
+        complete = sum(1 for start, item in zip(starts, frames, strict=True) if start + len(item) <= cut)
+        if cut - started < 12 or cut == len(whole):
+            assert count_records(str(path)) == complete, cut
+        else:
+            with pytest.raises(
+                FrameError, match=rf"^truncated record at {started} in {re.escape(str(path))}$"
+            ):
+                count_records(str(path))
+
+
+def test_a_damaged_length_or_other_data_is_corrupted(tmp_path):
+    good = frame(b"record")
+    damaged = bytearray(good)
+    damaged[1] ^= 0x01  # the length no longer matches its CRC
+    path = tmp_path / "damaged.tfrecord"
+    path.write_bytes(good + bytes(damaged))
+    with pytest.raises(FrameError, match=rf"^corrupted record at {len(good)} in {re.escape(str(path))}$"):
+        count_records(str(path))
+    text = tmp_path / "notes.tfrecord"
+    text.write_text("id,label\n1,2\n3,4\n")
+    with pytest.raises(FrameError, match=r"^(corrupted|truncated) record at 0 in "):
+        count_records(str(text))
+
+
+def test_many_files_are_summed_and_the_first_damaged_one_in_order_is_named(tmp_path):
+    paths = [write(tmp_path / f"part-{index:04d}.tfrecord", [b"r"] * (index % 3)) for index in range(600)]
+    assert count_files(paths) == sum(index % 3 for index in range(600))
+    assert count_files(paths[:1]) == 0
+    assert count_files([]) == 0
+    for index in (300, 550):
+        with Path(paths[index]).open("ab") as handle:
+            handle.write(frame(b"cut short")[:14])
+    with pytest.raises(FrameError, match=r"part-0300\.tfrecord$"):
+        count_files(paths)
