@@ -196,9 +196,10 @@ def samples(ctx: Context) -> list[Row]:
     count = min(ctx.runs, MAX_PAIRS)
     pairs = []
     for index in range(count):
-        order = rotation(index)
-        measured = {side: measure(ctx, side, channel) for side in order}
-        described = "; ".join(_describe(side, measured[side]) for side in SIDES)
-        ctx.say(f"[{NUMBER}] pair {index + 1}/{count} (in order {', '.join(order)}): {described}")
+        measured: dict[str, Measured] = {}
+        for side in rotation(index):
+            measured[side] = measure(ctx, side, channel)
+            # Each job as it ends: a side that fails later still leaves the others' numbers in the log.
+            ctx.say(f"[{NUMBER}] pair {index + 1}/{count}: {_describe(side, measured[side])}")
         pairs.append(measured)
     return _rows(pairs)
