@@ -76,12 +76,22 @@ class JobRun:
     start_issued: float  # wall clock just before `docker start` of every container
 
     @property
+    def first_start(self) -> float:
+        return min(host.started_at for host in self.hosts)
+
+    @property
     def last_start(self) -> float:
         return max(host.started_at for host in self.hosts)
 
     @property
     def last_exit(self) -> float:
         return max(host.finished_at for host in self.hosts)
+
+    @property
+    def wall_seconds(self) -> float:
+        """The whole job as its user waits for it: the first container's start → the last one's exit
+        (Docker's StartedAt and FinishedAt)."""
+        return self.last_exit - self.first_start
 
     def require_success(self) -> JobRun:
         for host in self.hosts:

@@ -15,6 +15,7 @@ from figures import (
     masking,
     mwms_trainer_vs_fit,
     mwms_vs_horovod,
+    new_user_job,
     rendezvous,
     small_files,
     synthetic,
@@ -42,5 +43,6 @@ FIGURES: dict[int, ModuleType] = {
         coordinator_crowd,
         masking,
         accept_cost,
+        new_user_job,
     )
 }

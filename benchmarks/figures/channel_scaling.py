@@ -114,7 +114,10 @@ def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
     )
     if (root / "complete").exists() and (root / "complete").read_text() == text:
         return root
-    ctx.say(f"writing the channels of figures 13-14 into {root} (once; reused by later runs)")
+    # Figures 13, 14 and 18 each write their own channel here: the messages name whose it is.
+    numbers = sorted({kind.number for kind in kinds})
+    whose = f"figure{'s' if len(numbers) > 1 else ''} {', '.join(str(number) for number in numbers)}"
+    ctx.say(f"writing the channels of {whose} into {root} (once; reused by later runs)")
     root.mkdir(parents=True, exist_ok=True)
     ctx.created.run_container(
         f"sagetrain-bench-{secrets.token_hex(3)}",
@@ -122,7 +125,7 @@ def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
          "--mount", f"type=bind,source={PAYLOAD},target=/payload,readonly",
          "--mount", f"type=bind,source={root},target=/data",
          ctx.image, "/payload/make_channel_data.py", "/data", text],
-        Deadline(DATA_SECONDS, "the channels of figures 13-14 to be written",
+        Deadline(DATA_SECONDS, f"the channels of {whose} to be written",
                  "raise DATA_SECONDS in figures/channel_scaling.py"),
     )  # fmt: skip
     return root

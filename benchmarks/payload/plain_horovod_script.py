@@ -1,0 +1,61 @@
+"""Figure 18, the baseline: the Horovod script a new user would write for the job the figure gives the
+managed trainer, in the manner of Horovod's published Keras examples, with the same model and parser
+(model_module.py). The image's ``train`` runs it as a script on the MPI engine, one rank per host.
+
+Every rank lists the channel's TFRecord files, sorted, and takes every size-th one from its rank on; its
+records are parsed, shuffled (seeded), batched (the global ``batch_size`` split over the ranks) and
+prefetched. Horovod's DistributedOptimizer averages the gradients and rank 0's variables are broadcast
+before the first step. Each rank prints ``plain_horovod rank=R size=S files=N`` before training (the
+harness checks that the ranks took every file once between them); rank 0 prints ``epoch=N loss=…`` at the
+end of every epoch (the harness times those lines).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import horovod.tensorflow.keras as hvd
+import keras
+import model_module
+import tensorflow as tf
+
+hp = json.loads(os.environ["SM_HPS"])
+seed = hp.get("seed", 0)
+
+hvd.init()
+keras.utils.set_random_seed(seed)
+files = sorted(str(path) for path in Path(os.environ["SM_CHANNEL_TRAIN"]).glob("*.tfrecord"))
+rank_files = files[hvd.rank() :: hvd.size()]
+print(f"plain_horovod rank={hvd.rank()} size={hvd.size()} files={len(rank_files)}", flush=True)
+dataset = (
+    tf.data.TFRecordDataset(rank_files)
+    .map(lambda record: model_module.parse_record(record, hp), num_parallel_calls=tf.data.AUTOTUNE)
+    .shuffle(hp.get("shuffle_buffer", 10_000), seed=seed)
+    .batch(hp["batch_size"] // hvd.size())
+    .prefetch(tf.data.AUTOTUNE)
+)
+
+
+class EpochLine(keras.callbacks.Callback):
+    """Rank 0 only: the MPI engine gathers every rank's output on algo-1, one line per epoch is enough."""
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if hvd.rank() == 0:
+            print(f"epoch={epoch + 1} loss={(logs or {})['loss']:.4f}", flush=True)
+
+
+model = model_module.build_model(hp)
+# The published examples' recipe: the optimizer wrapped by Horovod (the image makes the wrapper work on
+# Keras 3's optimizers, as figure 9's Horovod side uses it). The learning rate is not scaled by the rank
+# count, as the managed trainer does not scale it by default: both sides take the same steps.
+model.compile(
+    optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(hp.get("learning_rate", 0.001))),
+    loss="sparse_categorical_crossentropy",
+    metrics=["accuracy"],
+)
+model.fit(
+    dataset,
+    epochs=hp["epochs"],
+    verbose=0,
+    callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), EpochLine()],
+)
