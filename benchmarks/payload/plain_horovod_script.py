@@ -7,7 +7,7 @@ records are parsed, shuffled (seeded), batched (the global ``batch_size`` split 
 prefetched. Horovod's DistributedOptimizer averages the gradients and rank 0's variables are broadcast
 before the first step. Each rank prints ``plain_horovod rank=R size=S files=N`` before training (the
 harness checks that the ranks took every file once between them); rank 0 prints ``epoch=N loss=…`` at the
-end of every epoch (the harness times those lines).
+end of every epoch (the harness times those lines) and saves the model as a .keras file at the end.
 """
 
 import json
@@ -59,3 +59,6 @@ model.fit(
     verbose=0,
     callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), EpochLine()],
 )
+if hvd.rank() == 0:
+    # What SageMaker uploads as the job's model.
+    model.save(Path(os.environ["SM_MODEL_DIR"]) / "model.keras")

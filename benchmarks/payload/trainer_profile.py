@@ -1,9 +1,9 @@
 """The managed trainer's time by stage, on this job's ``train`` channel (benchmarks/lab/trainer_profile.py
 runs it): listing, sharding, counting records (a full TFRecord read, as the trainer counted before, and
-the frame headers it reads now), opening and reading the files (sequentially as plain tf.data does, and
-interleaved as the trainer does), parsing, the seeded shuffle, the exact batches, the training steps
-without and with the engine's collectives, a checkpoint, the model's export. Script mode: run by
-``train``, on 1 host or more.
+the frame headers it reads now), opening and reading the files (one after another, as plain tf.data and
+the trainer do, and 16 at a time interleaved, tried and not kept), parsing, the seeded shuffle, the exact
+batches, the training steps without and with the engine's collectives, a checkpoint, the model's export.
+Script mode: run by ``train``, on 1 host or more.
 
 Prints ``BENCH stage rank=R name=… seconds=… records=…`` per stage (the reads time one full pass after
 a warm-up pass, so the page cache and tf.data's tracing are out of them).
@@ -26,7 +26,7 @@ from sagetrain.trainer.hyperparameters import settings_from
 from sagetrain.trainer.job import trainer_job
 from sagetrain.trainer.loop import make_train_step, model_variables, optimizer_variables, values_of
 from sagetrain.trainer.preparation import TRAIN, prepare
-from sagetrain.trainer.readers import epoch_batches, epoch_seed, tfrecord_records
+from sagetrain.trainer.readers import epoch_batches, epoch_seed
 from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
 from sagetrain.trainer.tfrecord_frames import count_files
 
@@ -82,8 +82,21 @@ timed(
     lambda count: count,
 )
 timed("counting: frame headers", lambda: count_files(files), lambda count: count)
-timed_read("read: sequential (plain tf.data)", lambda: tf.data.TFRecordDataset(files).batch(1024))
-timed_read("read: interleaved (trainer)", lambda: tfrecord_records(files).batch(1024))
+timed_read("read: one file after another", lambda: tf.data.TFRecordDataset(files).batch(1024))
+timed_read(
+    "read: 16 files at a time, interleaved",
+    lambda: (
+        tf.data.Dataset.from_tensor_slices(files)
+        .interleave(
+            tf.data.TFRecordDataset,
+            cycle_length=16,
+            block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        .batch(1024)
+    ),
+)
 
 prepared = timed(
     "prepare (module, model, count, first batch)",

@@ -41,7 +41,7 @@ def assert_every_record_once_per_epoch(
         # One process per host with TF_CONFIG: the trainer's collectives are MultiWorkerMirroredStrategy's.
         ("multi_worker_mirrored", 2, 53, 5, data.write_npz),
         ("multi_worker_mirrored", 3, 47, 2, data.write_tfrecord),
-        # More files per rank than the TFRecord reader opens at once: file-level, read interleaved.
+        # Many TFRecord files: file-level, each rank counting its files' records from their headers.
         ("horovod", 2, 61, 40, data.write_tfrecord),
         ("multi_worker_mirrored", 2, 61, 40, data.write_tfrecord),
     ],

@@ -1,15 +1,12 @@
 """The managed trainer's TFRecord input path against TensorFlow's own reader, on files TensorFlow wrote:
 the frame-header count equals the records TensorFlow reads, a cut file fails the count exactly when
-TensorFlow's reader fails on it, and the interleaved read yields every record once, in the same order
-every time."""
+TensorFlow's reader fails on it."""
 
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from sagetrain.trainer.readers import READ_CYCLE, tfrecord_records
 from sagetrain.trainer.tfrecord_frames import FrameError, count_files, count_records
 
 # The frame tests/unit/test_trainer_tfrecord_frames.py builds for b"abc", as TensorFlow writes it.
@@ -59,19 +56,3 @@ def test_a_cut_file_fails_the_count_exactly_when_tensorflow_fails_to_read_it(tmp
                 count_records(str(cut))
         else:
             assert count_records(str(cut)) == expected, length
-
-
-def test_the_interleaved_read_yields_every_record_once_in_one_order(tmp_path):
-    paths = [
-        write_records(
-            tmp_path / f"part-{index:03d}.tfrecord", [f"{index}-{row}".encode() for row in range(index % 5)]
-        )
-        for index in range(3 * READ_CYCLE + 1)
-    ]
-    expected = Counter(f"{index}-{row}".encode() for index in range(len(paths)) for row in range(index % 5))
-    first = [bytes(record) for record in tfrecord_records(paths).as_numpy_iterator()]
-    again = [bytes(record) for record in tfrecord_records(paths).as_numpy_iterator()]
-    assert Counter(first) == expected
-    assert first == again
-    # Interleaved, not one file after another: the second record read comes from the second file.
-    assert first[:2] == [b"1-0", b"2-0"]

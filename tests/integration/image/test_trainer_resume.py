@@ -31,7 +31,7 @@ def hyperparameters(root: Path, **extra) -> dict:
     [
         ("horovod", data.write_npz, 3),
         ("multi_worker_mirrored", data.write_npz, 3),
-        # Several files per rank, which the TFRecord reader interleaves: a resumed epoch must skip the
+        # Several TFRecord files per rank, counted from their frame headers: a resumed epoch must skip the
         # same records in the same order.
         ("horovod", data.write_tfrecord, 8),
     ],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,10 +46,6 @@ class RankRecords:
     reader: Reader
 
 
-# Files a TFRecord channel reads at once. A constant, not the machine's core count: the order of the
-# records depends on it, and every rank (record-level shards keep positions in that order) and every
-# restart (a resumed epoch skips the batches already trained) must see the same order.
-READ_CYCLE = 16
 _FRAMING = Reader("the TFRecord reader", "check that the files are complete TFRecord files")
 
 # What TensorFlow raises when reading records fails. When its message quotes bytes that are not UTF-8 (a
@@ -228,7 +224,9 @@ def rank_records(
                 f"channel {channel.name!r} holds TFRecord files; define parse_record(serialized, hp) in "
                 f"{module.path.name} (returning (features, label)) or input_fn(channel, hp)."
             )
-        raw = _keep_record_shard(tfrecord_records(channel.files), channel)
+        # One file after another: reading 16 at a time (deterministic parallel interleave) took 4.5x as
+        # long for 10,000 small local files and 4x for 2 large ones (docs/performance.md).
+        raw = _keep_record_shard(tf.data.TFRecordDataset(list(channel.files)), channel)
         count = _tfrecord_count(channel)
         parse = _traced_parser(module, module.parse_record, hp, channel.name)
         reader = Reader(
@@ -241,18 +239,6 @@ def rank_records(
         )
         return RankRecords(channel, dataset, count, reader)
     raise UserError(f"channel {channel.name!r}: no reader for its files; define input_fn(channel, hp).")
-
-
-def tfrecord_records(files: Sequence[str]) -> tf.data.Dataset:
-    """The records of ``files``, ``READ_CYCLE`` files at a time, one record from each in turn: opening
-    and reading files overlap (on a channel of many small files they no longer come one after another)."""
-    return tf.data.Dataset.from_tensor_slices(list(files)).interleave(
-        tf.data.TFRecordDataset,
-        cycle_length=READ_CYCLE,
-        block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
 
 
 def _tfrecord_count(channel: Channel) -> int:

@@ -43,10 +43,9 @@ class DataFile:
 class ShardPlan:
     """What one member of a shard group reads.
 
-    ``files`` in path order; with ``RECORD`` level the member keeps records whose position in the
-    channel's reading order is ``record_index`` modulo ``record_count``. That order is the same on every
-    member: the reader's (one file after another, or TFRecord files interleaved a fixed number at a
-    time), or ``input_fn``'s."""
+    ``files`` are read in this order; with ``RECORD`` level the member keeps records whose position in
+    that concatenation is ``record_index`` modulo ``record_count``.
+    """
 
     level: ShardLevel
     files: tuple[DataFile, ...]
