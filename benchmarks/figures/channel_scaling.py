@@ -205,9 +205,10 @@ def _plain_rate(job: JobRun, records: int, passes: int) -> float:
     for line in job.lines_with("BENCH read impl=plain "):
         values = field_values(line.text)
         by_reader.setdefault(values["reader"], []).append((int(values["records"]), float(values["seconds"])))
-    per_pass = [sum(reads[index][0] for reads in by_reader.values()) for index in range(passes)]
+    # Checked before the passes are added up: a reader that died printed fewer of them.
     if len(by_reader) != RANKS or any(len(reads) != passes for reads in by_reader.values()):
         raise JobFailed(f"plain: expected {RANKS} readers x {passes} passes:\n{job.hosts[0].tail()}")
+    per_pass = [sum(reads[index][0] for reads in by_reader.values()) for index in range(passes)]
     if any(total != records for total in per_pass):
         raise JobFailed(f"plain: the readers read {per_pass} records per pass, not {records} (exactly once)")
     return sum(statistics.median(n / seconds for n, seconds in reads) for reads in by_reader.values())

@@ -224,8 +224,8 @@ def rank_records(
                 f"channel {channel.name!r} holds TFRecord files; define parse_record(serialized, hp) in "
                 f"{module.path.name} (returning (features, label)) or input_fn(channel, hp)."
             )
-        # One file after another: reading 16 at a time (deterministic parallel interleave) took 4.5x as
-        # long for 10,000 small local files and 4x for 2 large ones (docs/performance.md).
+        # One file after another: reading 16 at a time (deterministic parallel interleave) took 1.5-4.5x
+        # as long for 10,000 small local files and 3-4x for 2 large ones (docs/performance.md).
         raw = _keep_record_shard(tf.data.TFRecordDataset(list(channel.files)), channel)
         count = _tfrecord_count(channel)
         parse = _traced_parser(module, module.parse_record, hp, channel.name)
