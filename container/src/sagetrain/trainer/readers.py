@@ -47,6 +47,11 @@ class RankRecords:
 
 
 _FRAMING = Reader("the TFRecord reader", "check that the files are complete TFRecord files")
+# As TensorFlow's reader names them, so a file the count cannot open reads as one TensorFlow could not.
+_OS_ERRORS: dict[type[OSError], type[tf.errors.OpError]] = {
+    FileNotFoundError: tf.errors.NotFoundError,
+    PermissionError: tf.errors.PermissionDeniedError,
+}
 
 # What TensorFlow raises when reading records fails. When its message quotes bytes that are not UTF-8 (a
 # binary record parse_record cannot parse, say), the OpError cannot be made and Python gets the
@@ -247,8 +252,11 @@ def _tfrecord_count(channel: Channel) -> int:
     try:
         total = count_files(channel.files)
     except FrameError as error:
-        as_tensorflow_says = tf.errors.DataLossError(None, None, str(error))
+        as_tensorflow_says: tf.errors.OpError = tf.errors.DataLossError(None, None, str(error))
         raise read_error(channel, _FRAMING, as_tensorflow_says) from error
+    except OSError as error:  # a file gone, unreadable, or a network file system's I/O error
+        kind = _OS_ERRORS.get(type(error), tf.errors.UnknownError)
+        raise read_error(channel, _FRAMING, kind(None, None, str(error))) from error
     shard = channel.shard
     if shard.level is ShardLevel.RECORD:
         return records_in_record_shard(total, shard.record_index, shard.record_count)

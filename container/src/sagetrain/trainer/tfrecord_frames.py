@@ -8,8 +8,8 @@ one file open after another, before the first batch.
 
 The count is what TensorFlow's reader reads: a file that ends inside a frame's first 12 bytes ends
 there for both (no error), one that ends later in a frame is truncated, and a length whose CRC does not
-match is corrupted (a file that is not TFRecord, say). A damaged record body is found when training reads
-it.
+match is corrupted (a file that is not TFRecord, say). Neither checks a record's own CRC: a damaged record
+reaches ``parse_record``, which fails on it in training, as it did when the count read whole records.
 """
 
 from __future__ import annotations
