@@ -29,6 +29,7 @@ run_in_bench_env(__file__)
 from benchlib.cluster import JobFailed  # noqa: E402 (after the launcher check)
 from benchlib.context import Context  # noqa: E402 (after the launcher check)
 from benchlib.report import Row, format_table, markdown_table, summarise, summary_document  # noqa: E402 (after the launcher check)
+from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup  # noqa: E402 (after the launcher check)
 from figures import FIGURES  # noqa: E402 (after the launcher check)
 from localcluster.dockercli import DockerCli, DockerError  # noqa: E402 (after the launcher check)
 
@@ -44,12 +45,6 @@ examples:
 exit status: 0 all asked figures measured (targets missed are reported, not failed), 1 a figure could
   not be measured, 128+N stopped by signal N; bad flags: 2."""
 )
-
-
-class Stopped(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def parse_figures(text: str) -> list[int]:
@@ -166,11 +161,7 @@ def run_figures(argv: list[str]) -> int:
         return 0
     docker = DockerCli(args.docker)
 
-    def on_signal(signum: int, _frame: object) -> None:
-        raise Stopped(signum)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
+    raise_stopped_on_signals()
     rows: list[Row] = []
     failures: list[str] = []
     began = time.monotonic()
@@ -199,7 +190,7 @@ def run_figures(argv: list[str]) -> int:
             ctx.say(f"{stop} received: removing what the benchmarks created")
             return 128 + stop.signum
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # cleanup must run to its end
+            shield_cleanup()
             ctx.created.remove_all()
             if args.remove_aws_image:
                 docker.run(["image", "rm", args.aws_image], check=False)

@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import statistics
 import tempfile
 from datetime import UTC, datetime
@@ -38,6 +37,7 @@ from typing import Any
 
 from benchlib.cluster import JobFailed, run_job
 from benchlib.context import DATA_RECORDS, Context
+from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
 from figures.mwms_vs_horovod import HYPERPARAMETERS, job_spec, samples_per_second
 from localcluster.dockercli import DockerCli
 
@@ -73,10 +73,6 @@ HOROVOD_VARIANTS: dict[str, dict[str, object]] = {
     "no-partial-both": {"steps_per_epoch": STEPS_PER_EPOCH},
     "packed+no-partial-both": {"steps_per_epoch": STEPS_PER_EPOCH},
 }
-
-
-class Stopped(Exception):
-    pass
 
 
 def variant_names(text: str) -> list[str]:
@@ -149,11 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(pairs_read, list(dict.fromkeys(pair["variant"] for pair in pairs_read))))
         return 0
 
-    def on_signal(signum: int, _frame: object) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
+    raise_stopped_on_signals()
     docker = DockerCli("docker")
     files = {KERAS_TRAINER: args.keras_trainer} if args.keras_trainer else {}
     facts = {
@@ -198,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx.say(f"{stop} received: removing what the lab created")
             return 130
         finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            shield_cleanup()
             ctx.created.remove_all()
     print(table(pairs, args.only))
     return 0

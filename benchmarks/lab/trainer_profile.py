@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import statistics
 import tempfile
 from collections import defaultdict
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from benchlib.cluster import JobSpec, field_values, run_job
 from benchlib.context import PAYLOAD, Context
+from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
 from figures.channel_scaling import ChannelKind, data_root
 from localcluster.dockercli import DockerCli
 
@@ -32,10 +32,6 @@ def _kind(name: str, files: int, records_per_file: int) -> ChannelKind:
 
 
 KINDS = (_kind("small", 10_000, 4), _kind("large", 12, 1_250), _kind("few", 2, 20_000))
-
-
-class Stopped(Exception):
-    pass
 
 
 def profile(ctx: Context, root: Path, kind: ChannelKind, hosts: int) -> dict[str, dict[str, float]]:
@@ -93,11 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="jobs per channel; the median is kept")
     args = parser.parse_args(argv)
 
-    def on_signal(signum: int, _frame: object) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
+    raise_stopped_on_signals()
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,
              "image_id": docker.image_id(args.image)}  # fmt: skip
@@ -123,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx.say(f"{stop} received: removing what the lab created")
             return 130
         finally:
+            shield_cleanup()
             ctx.created.remove_all()
     print(table(results))
     return 0

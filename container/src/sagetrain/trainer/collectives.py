@@ -46,6 +46,19 @@ class Collectives(Protocol):
         ...
 
 
+def sum_per_dtype(
+    tensors: list[tf.Tensor], sum_group: Callable[[list[tf.Tensor]], Sequence[tf.Tensor]]
+) -> list[tf.Tensor]:
+    """Each of ``tensors`` summed over ranks, in their order, by ``sum_group`` (an engine's one collective
+    over tensors of one dtype) called once per dtype: a collective reduces tensors of one dtype."""
+    summed = list(tensors)
+    for dtype in dict.fromkeys(tensor.dtype for tensor in tensors):
+        indices = [index for index, tensor in enumerate(tensors) if tensor.dtype == dtype]
+        for index, value in zip(indices, sum_group([tensors[index] for index in indices]), strict=True):
+            summed[index] = value
+    return summed
+
+
 def weighted_step(
     sum_by_dtype: Callable[[list[tf.Tensor]], list[tf.Tensor]],
     gradients: list[tf.Tensor],
@@ -155,18 +168,12 @@ class HorovodCollectives:
         return self._hvd.allreduce(tf.constant(values, tf.float64), op=self._hvd.Average).numpy()
 
     def _sum(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
-        """Each tensor summed over ranks, one group per dtype (a group reduces tensors of one dtype)."""
-        summed = list(tensors)
+        """Each tensor summed over ranks, one grouped allreduce per dtype."""
         if self.ranks.size == 1:
             # Nothing to add up; Horovod's collective would still wait for its background thread's next
             # cycle (the trainer's profile measured ~30 ms a step beside a busy input pipeline).
-            return summed
-        for dtype in dict.fromkeys(tensor.dtype for tensor in tensors):
-            indices = [index for index, tensor in enumerate(tensors) if tensor.dtype == dtype]
-            group = self._hvd.grouped_allreduce([tensors[index] for index in indices], op=self._hvd.Sum)
-            for index, value in zip(indices, group, strict=True):
-                summed[index] = value
-        return summed
+            return list(tensors)
+        return sum_per_dtype(tensors, lambda group: self._hvd.grouped_allreduce(group, op=self._hvd.Sum))
 
     def reduce_step(
         self, gradients: list[tf.Tensor], weight: tf.Tensor, stop_flag: tf.Tensor
@@ -213,24 +220,20 @@ class MultiWorkerCollectives:
 
     def _sum(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
         """Each tensor summed over the hosts, one collective per dtype."""
-        summed = list(tensors)
-        for dtype in dict.fromkeys(tensor.dtype for tensor in tensors):
-            indices = [index for index, tensor in enumerate(tensors) if tensor.dtype == dtype]
 
-            def replica_sum(group: list[tf.Tensor]) -> list[tf.Tensor]:
-                # A tensor traced in the trainer's step has no device, and the all-reduce sends to the
-                # devices of its inputs: place them on this worker's.
-                with tf.device(self._device):
-                    placed = [tf.identity(tensor) for tensor in group]
-                context = tf.distribute.get_replica_context()
-                return list(context.all_reduce(tf.distribute.ReduceOp.SUM, placed))
+        def replica_sum(group: list[tf.Tensor]) -> list[tf.Tensor]:
+            # A tensor traced in the trainer's step has no device, and the all-reduce sends to the devices
+            # of its inputs: place them on this worker's.
+            with tf.device(self._device):
+                placed = [tf.identity(tensor) for tensor in group]
+            context = tf.distribute.get_replica_context()
+            return list(context.all_reduce(tf.distribute.ReduceOp.SUM, placed))
 
-            result = self._strategy.run(replica_sum, args=([tensors[index] for index in indices],))
-            for index, value in zip(
-                indices, self._strategy.experimental_local_results(result)[0], strict=True
-            ):
-                summed[index] = value
-        return summed
+        def sum_group(group: list[tf.Tensor]) -> Sequence[tf.Tensor]:
+            result = self._strategy.run(replica_sum, args=(group,))
+            return self._strategy.experimental_local_results(result)[0]
+
+        return sum_per_dtype(tensors, sum_group)
 
     def allgather_object(self, value: object) -> list[Any]:
         payload = np.frombuffer(_plain_dumps(value), dtype=np.uint8)

@@ -1,0 +1,28 @@
+"""Ctrl-C and SIGTERM during a benchmark run: they become ``Stopped`` in the main thread, so the run's
+``finally`` removes every container and network it created; the removal itself is not interrupted."""
+
+from __future__ import annotations
+
+import signal
+
+
+class Stopped(Exception):
+    """SIGINT or SIGTERM arrived; ``signum`` says which (the message is its name)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
+def raise_stopped_on_signals() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_stopped)
+
+
+def shield_cleanup() -> None:
+    """Ignore a second Ctrl-C: the cleanup that follows must run to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
