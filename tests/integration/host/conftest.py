@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -132,8 +133,21 @@ def job(tmp_path):
     return build
 
 
+def unused_port() -> int:
+    """A TCP port free on every IPv4 address now, below the kernel's ephemeral range: a port the kernel
+    hands out could meanwhile become a concurrent test's connection's own port, and then a server that
+    binds every address (sshd) cannot bind it."""
+    first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(10_000, first_ephemeral), 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port between 10000 and {first_ephemeral}")
+
+
 @pytest.fixture
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return unused_port()

@@ -9,7 +9,7 @@ finally sends a verdict: the worker must exit with that verdict's code and write
 import subprocess
 
 import pytest
-from conftest import make_tree
+from conftest import make_tree, unused_port
 from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator import EventQueue, HostChanged, HostState, Members, Welcome
 from sagetrain.launch.coordinator.server import CoordinatorServer
@@ -29,9 +29,7 @@ def next_event(events, state, activity):
 @pytest.mark.timeout(120)
 def test_worker_sshd_accepts_the_master_key_and_the_worker_exits_with_the_verdict(tmp_path, free_port):
     ssh_port = free_port
-    with __import__("socket").socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        coordinator_port = probe.getsockname()[1]
+    coordinator_port = unused_port()
     worker = make_tree(
         tmp_path,
         "worker",
@@ -88,7 +86,9 @@ def test_worker_sshd_accepts_the_master_key_and_the_worker_exits_with_the_verdic
             text=True,
             timeout=30,
         )
-        assert login.stdout.strip() == "logged-in", login.stderr
+        if login.stdout.strip() != "logged-in":
+            process.kill()
+            pytest.fail(f"ssh: {login.stderr}\nthe worker printed:\n{process.communicate(timeout=30)[0]}")
         server.broadcast(Verdict(4, "train.py exited with code 4 on rank 0 (host localhost)", "details"))
         output, _ = process.communicate(timeout=30)
     finally:

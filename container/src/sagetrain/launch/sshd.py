@@ -147,6 +147,10 @@ def sshd_config_text(files: SshFiles, port: int, session: Mapping[str, str]) -> 
     return "\n".join(
         [
             f"Port {port}",
+            # mpirun's ssh reaches hosts by their IPv4 names. Left to "any", an sshd whose IPv4 bind
+            # fails (the port taken) still listens on IPv6, says so, and refuses every login; on IPv4
+            # alone it exits at start instead, and the launcher says why.
+            "AddressFamily inet",
             *key_only_settings(files),
             *command_only_settings(),
             *set_env_setting(session),
