@@ -9,8 +9,9 @@ tier's checks that start no container), so that they run while scripts/test.sh b
 background; then the tests of the CPU image, the slow ones first, so that no worker is left with one at
 the end; the GPU image's last, as its build ends last (.ci/run). Under pytest-xdist (`--dist loadgroup`)
 the tests of one `xdist_group` run on one worker, one after the other: the unit and host integration
-tests share this machine's ports (the host tests pick a free port for sshd or the coordinator, and a
-unit test's ephemeral socket on another worker could take it in between), so they are one group.
+tests share this machine's ports (the host tests pick free ports for sshd or the coordinator, below the
+kernel's ephemeral range so that no connection takes one in between, but two of them picking at once
+could still meet), so they are one group.
 """
 
 import os
