@@ -4,7 +4,8 @@ channels: many small files (10,000 files of 4 records, 28×28×1 images, 1.6 KiB
 channel, plus one of 2 hosts on the small files for what the engine's collectives add to a step. Prints
 a table (seconds per stage, and records/s where a stage reads records) and writes the rows as JSON.
 
-``python3 benchmarks/run.py lab trainer-profile [--json PATH] [--image IMAGE]``
+``python3 benchmarks/run.py lab trainer-profile [--json PATH] [--image IMAGE] [--runs N] [--column NAME]
+[--env NAME=VALUE]``
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import statistics
 import tempfile
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,10 +34,15 @@ def _kind(name: str, files: int, records_per_file: int) -> ChannelKind:
 
 
 KINDS = (_kind("small", 10_000, 4), _kind("large", 12, 1_250), _kind("few", 2, 20_000))
+# The table's columns: (name, channel, hosts).
+PLAN = [(f"{kind.name}, 1 host", kind, 1) for kind in KINDS] + [("small, 2 hosts", KINDS[0], 2)]
 
 
-def profile(ctx: Context, root: Path, kind: ChannelKind, hosts: int) -> dict[str, dict[str, float]]:
-    """Stage → {seconds, records} on rank 0 (the slowest rank's seconds when there are several)."""
+def profile(
+    ctx: Context, root: Path, kind: ChannelKind, hosts: int, env: Mapping[str, str]
+) -> dict[str, dict[str, float]]:
+    """Stage → {seconds, records} on rank 0 (the slowest rank's seconds when there are several); ``env``
+    goes into every host's container (and so, through mpirun, to every rank)."""
     spec = JobSpec(
         image=ctx.image,
         hosts=hosts,
@@ -43,6 +50,7 @@ def profile(ctx: Context, root: Path, kind: ChannelKind, hosts: int) -> dict[str
         program="trainer_profile.py",
         hyperparameters={"batch_size": BATCH * hosts, "seed": 0, "shuffle_buffer": 10_000, "epochs": 1},
         channels={"train": root / kind.name / str(kind.counts[0])},
+        env=env,
         timeout_seconds=1200,
     )
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
@@ -87,20 +95,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--runs", type=int, default=1, help="jobs per channel; the median is kept")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE",
+        help="an environment variable for every job's containers, e.g. HOROVOD_CYCLE_TIME=5 (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--column", action="append", default=[], choices=[column for column, _, _ in PLAN],
+        help="profile only this column (repeatable; default: all)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    env = dict(setting.split("=", 1) for setting in args.env if "=" in setting)
+    if len(env) != len(args.env):
+        parser.error("--env takes NAME=VALUE")
 
     raise_stopped_on_signals()
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,
-             "image_id": docker.image_id(args.image)}  # fmt: skip
+             "image_id": docker.image_id(args.image), "env": env}  # fmt: skip
     results: dict[str, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
         ctx = Context(docker, args.image, "unused", "unused", Path(scratch), args.runs)
         try:
             root = data_root(ctx, KINDS)
-            plan = [(f"{kind.name}, 1 host", kind, 1) for kind in KINDS] + [("small, 2 hosts", KINDS[0], 2)]
+            plan = [entry for entry in PLAN if not args.column or entry[0] in args.column]
             for column, kind, hosts in plan:
-                runs = [profile(ctx, root, kind, hosts) for _ in range(args.runs)]
+                runs = [profile(ctx, root, kind, hosts, env) for _ in range(args.runs)]
                 results[column] = {
                     name: {
                         "seconds": statistics.median(run[name]["seconds"] for run in runs),
