@@ -257,11 +257,13 @@ def test_pipe_channel_needs_no_folder(tmp_path):
 
 
 def test_every_input_mode_has_its_traits_and_the_file_modes_have_folders_the_trainer_reads():
-    traits = {mode.value: (mode.has_folder, mode.shardable, mode.medium) for mode in InputMode}
+    traits = {
+        mode.value: (mode.has_folder, mode.shardable, mode.fetched_on_open, mode.medium) for mode in InputMode
+    }
     assert traits == {
-        "File": (True, True, "a folder of files"),
-        "Pipe": (False, False, "a FIFO"),
-        "FastFile": (True, True, "a folder of files"),
+        "File": (True, True, False, "a folder of files"),
+        "Pipe": (False, False, False, "a FIFO"),
+        "FastFile": (True, True, True, "a folder of files"),
     }
 
 

@@ -74,13 +74,45 @@ def test_a_damaged_length_or_other_data_is_corrupted(tmp_path):
         count_records(str(text))
 
 
-def test_many_files_are_summed_and_the_first_damaged_one_in_order_is_named(tmp_path):
+@pytest.mark.parametrize("concurrent_opens", [False, True], ids=["one-after-another", "threads"])
+def test_many_files_are_summed_and_the_first_damaged_one_in_order_is_named(tmp_path, concurrent_opens):
     paths = [write(tmp_path / f"part-{index:04d}.tfrecord", [b"r"] * (index % 3)) for index in range(600)]
-    assert count_files(paths) == sum(index % 3 for index in range(600))
-    assert count_files(paths[:1]) == 0
-    assert count_files([]) == 0
+    assert count_files(paths, concurrent_opens) == sum(index % 3 for index in range(600))
+    assert count_files(paths[:1], concurrent_opens) == 0
+    assert count_files([], concurrent_opens) == 0
     for index in (300, 550):
         with Path(paths[index]).open("ab") as handle:
             handle.write(frame(b"cut short")[:14])
     with pytest.raises(FrameError, match=r"part-0300\.tfrecord$"):
-        count_files(paths)
+        count_files(paths, concurrent_opens)
+
+
+def test_a_length_seen_before_is_still_checked_against_its_own_crc(tmp_path):
+    """A count remembers each length field's CRC; a later frame of the same length with a damaged CRC is
+    still corrupted, in another file as in the same one."""
+    good = frame(b"same size")
+    damaged = bytearray(good)
+    damaged[8] ^= 0x01  # the length's CRC, not the length
+    first = write(tmp_path / "a.tfrecord", [b"same size"] * 3)
+    second = tmp_path / "b.tfrecord"
+    second.write_bytes(good + bytes(damaged))
+    with pytest.raises(FrameError, match=rf"^corrupted record at {len(good)} in .*b\.tfrecord$"):
+        count_files([first, str(second)])
+
+
+def test_a_large_file_is_read_frame_by_frame_with_the_same_verdicts(tmp_path):
+    """Past 64 KiB the count reads each header where it lies instead of the whole file: the same count,
+    the same truncation."""
+    records = [bytes([index]) * 20_000 for index in range(8)]
+    path = Path(write(tmp_path / "large.tfrecord", records))
+    whole = path.read_bytes()
+    assert len(whole) > 1 << 16
+    assert count_records(str(path)) == 8
+    last = len(whole) - len(frame(records[-1]))
+    for cut, verdict in ((last + 11, 7), (last + 12, "truncated"), (len(whole) - 1, "truncated")):
+        path.write_bytes(whole[:cut])
+        if verdict == "truncated":
+            with pytest.raises(FrameError, match=rf"^truncated record at {last} in "):
+                count_records(str(path))
+        else:
+            assert count_records(str(path)) == verdict

@@ -43,6 +43,12 @@ class InputMode(Enum):
         return _MODE_TRAITS[self].shardable
 
     @property
+    def fetched_on_open(self) -> bool:
+        """Its files come over the network as they are opened (FastFile): reading several at once hides
+        that wait; on local files, threads only contend for the interpreter."""
+        return _MODE_TRAITS[self].fetched_on_open
+
+    @property
     def medium(self) -> str:
         """What its data is, for sentences: ``a FIFO`` (cannot be split between ranks)."""
         return _MODE_TRAITS[self].medium
@@ -52,13 +58,18 @@ class InputMode(Enum):
 class _ModeTraits:
     has_folder: bool
     shardable: bool
+    fetched_on_open: bool
     medium: str
 
 
 _MODE_TRAITS = {
-    InputMode.FILE: _ModeTraits(has_folder=True, shardable=True, medium="a folder of files"),
-    InputMode.PIPE: _ModeTraits(has_folder=False, shardable=False, medium="a FIFO"),
-    InputMode.FAST_FILE: _ModeTraits(has_folder=True, shardable=True, medium="a folder of files"),
+    InputMode.FILE: _ModeTraits(
+        has_folder=True, shardable=True, fetched_on_open=False, medium="a folder of files"
+    ),
+    InputMode.PIPE: _ModeTraits(has_folder=False, shardable=False, fetched_on_open=False, medium="a FIFO"),
+    InputMode.FAST_FILE: _ModeTraits(
+        has_folder=True, shardable=True, fetched_on_open=True, medium="a folder of files"
+    ),
 }
 
 

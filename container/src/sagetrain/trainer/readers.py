@@ -250,7 +250,7 @@ def _tfrecord_count(channel: Channel) -> int:
     """This rank's records of a TFRecord channel, from the files' frame headers (no second read of the
     records before training)."""
     try:
-        total = count_files(channel.files)
+        total = count_files(channel.files, concurrent_opens=channel.declared.input_mode.fetched_on_open)
     except FrameError as error:
         as_tensorflow_says: tf.errors.OpError = tf.errors.DataLossError(None, None, str(error))
         raise read_error(channel, _FRAMING, as_tensorflow_says) from error

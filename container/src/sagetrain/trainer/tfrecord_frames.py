@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 _HEADER = struct.Struct("<QI")
@@ -25,7 +25,8 @@ _CRC32C_POLYNOMIAL = 0x82F63B78  # Castagnoli, bit-reversed
 _MASK_DELTA = 0xA282EAD8
 # Files counted per task: one task per file would cost more in the pool than the count of a small file.
 _FILES_PER_TASK = 256
-# Opens in flight at once: on a network file system (FastFile mode) an open waits on the network.
+# Opens in flight at once where an open waits on the network (FastFile mode). On local files one thread
+# is faster: 25,000 files of 2 records took 0.25 s on one, 0.80 s on 8 (their GIL hand-overs).
 _COUNTING_THREADS = 8
 
 
@@ -60,24 +61,53 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def count_records(path: str) -> int:
+# A file up to this size is read in one call and its frames walked in memory; a larger one frame by frame.
+_WHOLE_FILE_BYTES = 1 << 16
+# Distinct record lengths whose CRC a count remembers: records of one channel mostly share a few lengths.
+_REMEMBERED_LENGTHS = 4096
+
+
+class _LengthChecks:
+    """The masked CRC of each 8-byte length field seen in one count, so a length repeated across records
+    is checked with a look-up instead of the pure-Python CRC (shared by the count's threads: a dict's get
+    and set are atomic)."""
+
+    def __init__(self) -> None:
+        self._known: dict[bytes, int] = {}
+
+    def masked_crc(self, length_field: bytes) -> int:
+        crc = self._known.get(length_field)
+        if crc is None:
+            crc = masked_crc32c(length_field)
+            if len(self._known) < _REMEMBERED_LENGTHS:
+                self._known[length_field] = crc
+        return crc
+
+
+def count_records(path: str, checks: _LengthChecks | None = None) -> int:
     """The records in one TFRecord file (uncompressed), reading only the frame headers."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
-        return _count_frames(descriptor, path)
+        size = os.fstat(descriptor).st_size
+        if size <= _WHOLE_FILE_BYTES:
+            data = os.pread(descriptor, size, 0)
+            return _count_frames(lambda offset: data[offset : offset + _HEADER.size], len(data), path, checks)
+        return _count_frames(lambda offset: os.pread(descriptor, _HEADER.size, offset), size, path, checks)
     finally:
         os.close(descriptor)
 
 
-def _count_frames(descriptor: int, path: str) -> int:
+def _count_frames(
+    header_at: Callable[[int], bytes], size: int, path: str, checks: _LengthChecks | None
+) -> int:
+    masked_crc = checks.masked_crc if checks is not None else masked_crc32c
     records = offset = 0
-    size = os.fstat(descriptor).st_size
     while offset < size:
-        header = os.pread(descriptor, _HEADER.size, offset)
+        header = header_at(offset)
         if len(header) < _HEADER.size:
             break  # TensorFlow's reader ends the file here too, without an error
         length, length_crc = _HEADER.unpack(header)
-        if masked_crc32c(header[:8]) != length_crc:
+        if masked_crc(header[:8]) != length_crc:
             raise FrameError(f"corrupted record at {offset} in {path}")
         end = offset + _HEADER.size + length + _FOOTER_BYTES
         if end > size:
@@ -86,15 +116,17 @@ def _count_frames(descriptor: int, path: str) -> int:
     return records
 
 
-def _count_all(paths: Sequence[str]) -> int:
-    return sum(count_records(path) for path in paths)
+def _count_all(paths: Sequence[str], checks: _LengthChecks) -> int:
+    return sum(count_records(path, checks) for path in paths)
 
 
-def count_files(paths: Sequence[str]) -> int:
-    """The records of all ``paths``, counted a few files at a time in parallel; the first damaged file
-    in path order raises its ``FrameError``."""
+def count_files(paths: Sequence[str], concurrent_opens: bool = False) -> int:
+    """The records of all ``paths``, one file after another, or with ``concurrent_opens`` (files fetched
+    as they are opened) a few files at a time on threads; the first damaged file in path order raises its
+    ``FrameError``."""
+    checks = _LengthChecks()
     tasks = [paths[start : start + _FILES_PER_TASK] for start in range(0, len(paths), _FILES_PER_TASK)]
-    if len(tasks) <= 1:
-        return _count_all(paths)
+    if not concurrent_opens or len(tasks) <= 1:
+        return _count_all(paths, checks)
     with ThreadPoolExecutor(max_workers=min(_COUNTING_THREADS, len(tasks))) as pool:
-        return sum(pool.map(_count_all, tasks))
+        return sum(pool.map(_count_all, tasks, [checks] * len(tasks)))
