@@ -104,9 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         help="profile only this column (repeatable; default: all)",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    env = dict(setting.split("=", 1) for setting in args.env if "=" in setting)
-    if len(env) != len(args.env):
-        parser.error("--env takes NAME=VALUE")
+    env: dict[str, str] = {}
+    for setting in args.env:
+        name, equals, value = setting.partition("=")
+        if not name or not equals:
+            parser.error(f"--env {setting!r}: give NAME=VALUE")
+        env[name] = value
 
     raise_stopped_on_signals()
     docker = DockerCli("docker")

@@ -1,6 +1,7 @@
 """Counting TFRecord records from frame headers, without TensorFlow (the image's tests compare the counts
 with TensorFlow's reader on files TensorFlow wrote)."""
 
+import os
 import re
 import struct
 from pathlib import Path
@@ -116,3 +117,16 @@ def test_a_large_file_is_read_frame_by_frame_with_the_same_verdicts(tmp_path):
                 count_records(str(path))
         else:
             assert count_records(str(path)) == verdict
+
+
+def test_a_short_read_of_a_small_file_is_not_taken_for_its_end(tmp_path, monkeypatch):
+    """A file system may return fewer bytes than asked (FUSE, as FastFile mounts): the count then reads
+    the file header by header instead of counting what one read returned."""
+    path = write(tmp_path / "data.tfrecord", [b"r" * 100] * 6)
+    real_pread = os.pread
+
+    def short_pread(descriptor: int, length: int, offset: int) -> bytes:
+        return real_pread(descriptor, length if length <= 12 else length // 3, offset)
+
+    monkeypatch.setattr(os, "pread", short_pread)
+    assert count_records(path) == 6

@@ -138,7 +138,8 @@ def unused_port() -> int:
     hands out could meanwhile become a concurrent test's connection's own port, and then a server that
     binds every address (sshd) cannot bind it."""
     first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for port in random.sample(range(10_000, first_ephemeral), 200):
+    below = range(10_000, first_ephemeral)
+    for port in random.sample(below, min(200, len(below))):
         with socket.socket() as probe:
             try:
                 probe.bind(("0.0.0.0", port))

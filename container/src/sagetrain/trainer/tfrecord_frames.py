@@ -1,10 +1,11 @@
 """How many records TFRecord files hold, from their frame headers alone. No TensorFlow.
 
 A TFRecord file is a sequence of frames: the record's length (8 bytes, little-endian), the masked
-CRC-32C of those 8 bytes, the record, the masked CRC-32C of the record. Counting reads 12 bytes per frame
-and skips the rest: every rank counts its records before its first step (equal steps on every rank need
-every rank's count), and reading whole records for that was a second full pass over the channel, with
-one file open after another, before the first batch.
+CRC-32C of those 8 bytes, the record, the masked CRC-32C of the record. Counting looks at 12 bytes per
+frame and skips the rest (a small file is read in one call, a large one header by header): every rank
+counts its records before its first step (equal steps on every rank need every rank's count), and reading
+whole records for that was a second full pass over the channel, with one file open after another, before
+the first batch.
 
 The count is what TensorFlow's reader reads: a file that ends inside a frame's first 12 bytes ends
 there for both (no error), one that ends later in a frame is truncated, and a length whose CRC does not
@@ -85,13 +86,16 @@ class _LengthChecks:
 
 
 def count_records(path: str, checks: _LengthChecks | None = None) -> int:
-    """The records in one TFRecord file (uncompressed), reading only the frame headers."""
+    """The records in one TFRecord file (uncompressed), from its frame headers: a file up to 64 KiB read
+    in one call, a larger one header by header."""
     descriptor = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(descriptor).st_size
         if size <= _WHOLE_FILE_BYTES:
             data = os.pread(descriptor, size, 0)
-            return _count_frames(lambda offset: data[offset : offset + _HEADER.size], len(data), path, checks)
+            # A short read (a FUSE file system may give one) says nothing of the file's end: read on.
+            if len(data) == size:
+                return _count_frames(lambda offset: data[offset : offset + _HEADER.size], size, path, checks)
         return _count_frames(lambda offset: os.pread(descriptor, _HEADER.size, offset), size, path, checks)
     finally:
         os.close(descriptor)
