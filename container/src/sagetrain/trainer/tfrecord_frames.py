@@ -87,7 +87,9 @@ class _LengthChecks:
 
 def count_records(path: str, checks: _LengthChecks | None = None) -> int:
     """The records in one TFRecord file (uncompressed), from its frame headers: a file up to 64 KiB read
-    in one call, a larger one header by header."""
+    in one call, a larger one header by header. ``checks``: a count's memory of length CRCs, to share
+    between files."""
+    checks = checks if checks is not None else _LengthChecks()
     descriptor = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(descriptor).st_size
@@ -101,17 +103,14 @@ def count_records(path: str, checks: _LengthChecks | None = None) -> int:
         os.close(descriptor)
 
 
-def _count_frames(
-    header_at: Callable[[int], bytes], size: int, path: str, checks: _LengthChecks | None
-) -> int:
-    masked_crc = checks.masked_crc if checks is not None else masked_crc32c
+def _count_frames(header_at: Callable[[int], bytes], size: int, path: str, checks: _LengthChecks) -> int:
     records = offset = 0
     while offset < size:
         header = header_at(offset)
         if len(header) < _HEADER.size:
             break  # TensorFlow's reader ends the file here too, without an error
         length, length_crc = _HEADER.unpack(header)
-        if masked_crc(header[:8]) != length_crc:
+        if checks.masked_crc(header[:8]) != length_crc:
             raise FrameError(f"corrupted record at {offset} in {path}")
         end = offset + _HEADER.size + length + _FOOTER_BYTES
         if end > size:
@@ -129,8 +128,8 @@ def count_files(paths: Sequence[str], concurrent_opens: bool = False) -> int:
     as they are opened) a few files at a time on threads; the first damaged file in path order raises its
     ``FrameError``."""
     checks = _LengthChecks()
-    tasks = [paths[start : start + _FILES_PER_TASK] for start in range(0, len(paths), _FILES_PER_TASK)]
-    if not concurrent_opens or len(tasks) <= 1:
+    if not concurrent_opens or len(paths) <= _FILES_PER_TASK:
         return _count_all(paths, checks)
+    tasks = [paths[start : start + _FILES_PER_TASK] for start in range(0, len(paths), _FILES_PER_TASK)]
     with ThreadPoolExecutor(max_workers=min(_COUNTING_THREADS, len(tasks))) as pool:
         return sum(pool.map(_count_all, tasks, [checks] * len(tasks)))
