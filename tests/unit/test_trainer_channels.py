@@ -10,7 +10,7 @@ from sagetrain.config.job_files import JobFiles
 from sagetrain.contracts import RankPlace
 from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError, UserError
-from sagetrain.trainer.channels import DataFormat, list_data_files, open_channel
+from sagetrain.trainer.channels import DataFormat, format_of, list_data_files, open_channel
 from sagetrain.trainer.job import trainer_job
 from sagetrain.trainer.sharding import ShardLevel
 
@@ -254,3 +254,24 @@ def test_npy_pairs_are_sized_from_the_listing_and_must_share_a_folder(tmp_path):
     make_files(tmp_path / "input" / "data" / "train", [("other/p2_x.npy", 5), ("p2_y.npy", 1)])
     with pytest.raises(UserError, match=r"p2_x.npy has no partner"):
         open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
+
+
+TRICKY_NAMES = [
+    "/d/a.tfrecord", "/d/B.TFRecords", "/d/c.tfr", "/d/part.v2/d.csv", "/d/x.npz", "/d/y.NPY",
+    "/d/dotted.dir/plain", "/d/noext", "/d/other.txt", "/d/.hidden.npz", "/d/ends.", "/d/t",
+    "/d/u.tfrecord.gz", "/d/acsv", "/d/data.csv/npz", "/d/v.bnpz", "/d/v.Tfr",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("content_type", [None, "application/x-tfrecord", "text/csv"])
+def test_a_channels_format_is_every_files_own(content_type):
+    """The format is worked out once per distinct name ending: the same as asking about every file."""
+    alone = {path: format_of("train", [path], content_type) for path in TRICKY_NAMES}
+    for first in TRICKY_NAMES:
+        for second in TRICKY_NAMES:
+            paths = [first, second, first]
+            if alone[first] is alone[second]:
+                assert format_of("train", paths, content_type) is alone[first]
+            else:
+                with pytest.raises(UserError, match="mixes file formats"):
+                    format_of("train", paths, content_type)

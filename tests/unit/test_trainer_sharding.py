@@ -1,5 +1,6 @@
 """Sharding arithmetic with literals: exactly-once and equal steps, without TensorFlow."""
 
+import random
 from collections import Counter
 
 import pytest
@@ -161,3 +162,25 @@ def test_records_through_step_literals():
     # 17 and 10 records over 3 steps: batches of 6, 6, 5 and 4, 3, 3.
     assert [records_through_step((17, 10), 3, 4, step) for step in range(4)] == [0, 10, 19, 27]
     assert records_through_step((40, 41), 4, 8, 3, take_all=False) == 48
+
+
+def greedy_deal(listing, members):
+    """The deal's rule written out plainly: largest first (ties by path), each file to the bin with the
+    fewest bytes, then the fewest files, then the lowest index; each bin in path order."""
+    bins = [[] for _ in range(members)]
+    for data_file in sorted(listing, key=lambda item: (-item.size, item.path)):
+        lightest = min(
+            range(members), key=lambda index: (sum(f.size for f in bins[index]), len(bins[index]), index)
+        )
+        bins[lightest].append(data_file)
+    return tuple(tuple(sorted(group, key=lambda item: item.path)) for group in bins)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_balance_deals_as_the_plain_greedy_rule_does(seed):
+    rng = random.Random(seed)
+    sizes = [rng.choice([0, 1, 5, 5, 5, 64, 1000, rng.randrange(2000)]) for _ in range(rng.randrange(1, 60))]
+    listing = files(*sizes)
+    rng.shuffle(listing)
+    for members in (1, 2, 3, 4, 7):
+        assert balance_files(listing, members) == greedy_deal(listing, members)

@@ -80,7 +80,7 @@ def list_data_files(directory: Path) -> list[DataFile]:
                     pending.append(entry.path)
                 elif entry.is_file():
                     found.append(DataFile(entry.path, entry.stat().st_size))
-    found.sort(key=lambda item: item.path)
+    found.sort()  # by path: DataFile is a tuple, path first
     return found
 
 
@@ -99,7 +99,12 @@ def format_of(channel: str, paths: Sequence[str], content_type: str | None) -> D
             return DataFormat.TFRECORD
         return DataFormat.OTHER
 
-    formats = {one(path): path for path in paths}
+    # Which format a name has depends only on the text from its last dot (every suffix above has one dot,
+    # at its start), so one path per distinct ending decides for all: one look at each of 100,000 paths
+    # instead of a call per path. A name without a dot gives an ending holding a "/" or the path's last
+    # character, neither of which ends in a known suffix, as one() finds for the name itself.
+    by_ending = {path[path.rfind(".") :].lower(): path for path in paths}
+    formats = {one(path): path for path in by_ending.values()}
     if len(formats) > 1:
         examples = ", ".join(
             f"{Path(path).name} ({data_format.value})" for data_format, path in formats.items()

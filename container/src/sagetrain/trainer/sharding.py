@@ -16,9 +16,12 @@ rank's batch length, so every record weighs the same whatever batch it landed in
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
+from typing import NamedTuple
 
 from sagetrain.errors import UserError
 
@@ -31,9 +34,11 @@ class ShardLevel(Enum):
     RECORD = "record"
 
 
-@dataclass(frozen=True, slots=True)  # slots: a channel may list 100,000 of them on every rank
-class DataFile:
-    """One unit of sharding: a path (or, for .npy pairs, the features file) and its size in bytes."""
+class DataFile(NamedTuple):
+    """One unit of sharding: a path (or, for .npy pairs, the features file) and its size in bytes.
+
+    A named tuple rather than a frozen dataclass: a channel may list 100,000 of them on every rank
+    before its first batch, and a tuple is made and sorted (by path, then size) at C speed."""
 
     path: str
     size: int
@@ -54,18 +59,20 @@ class ShardPlan:
 
 
 def balance_files(files: Sequence[DataFile], members: int) -> tuple[tuple[DataFile, ...], ...]:
-    """Deal files to ``members`` bins, largest first, each to the lightest bin (fewest files, then lowest
-    index on ties). Deterministic for a given listing; every bin gets a file when ``len(files) >= members``.
-    Each bin keeps its files in path order so reads stay sequential."""
+    """Deal files to ``members`` bins, largest first (ties in path order), each to the lightest bin (fewest
+    files, then lowest index on ties). Deterministic for a given listing; every bin gets a file when
+    ``len(files) >= members``. Each bin keeps its files in path order so reads stay sequential."""
     if members < 1:
         raise ValueError(f"members must be at least 1, got {members}")
     bins: list[list[DataFile]] = [[] for _ in range(members)]
-    totals = [0] * members
-    for data_file in sorted(files, key=lambda item: (-item.size, item.path)):
-        lightest = min(range(members), key=lambda index: (totals[index], len(bins[index]), index))
-        bins[lightest].append(data_file)
-        totals[lightest] += data_file.size
-    return tuple(tuple(sorted(members_files, key=lambda item: item.path)) for members_files in bins)
+    # (bytes, files, index) of every bin: the heap's smallest is the lightest bin as defined above.
+    lightest_first = [(0, 0, index) for index in range(members)]
+    # A stable sort keeps equal sizes in the path order of the first sort, even when reversed.
+    for data_file in sorted(sorted(files), key=attrgetter("size"), reverse=True):
+        total, count, index = lightest_first[0]
+        bins[index].append(data_file)
+        heapq.heapreplace(lightest_first, (total + data_file.size, count + 1, index))
+    return tuple(tuple(sorted(members_files)) for members_files in bins)
 
 
 def is_balanced(bins: Sequence[Sequence[DataFile]]) -> bool:
@@ -79,7 +86,7 @@ def plan_shard(files: Sequence[DataFile], index: int, count: int) -> ShardPlan:
     deal out evenly (see ``is_balanced``), every ``count``-th record of all files otherwise."""
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is outside 0..{count - 1}")
-    ordered = tuple(sorted(files, key=lambda item: item.path))
+    ordered = tuple(sorted(files))  # by path (unique), as DataFile tuples sort
     if len(ordered) >= count:
         bins = balance_files(ordered, count)
         if is_balanced(bins):
