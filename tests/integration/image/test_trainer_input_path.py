@@ -7,6 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from sagetrain.config.channels import Channel as ChannelConfig
+from sagetrain.config.channels import InputMode
+from sagetrain.trainer import readers
+from sagetrain.trainer.channels import Channel, DataFormat
+from sagetrain.trainer.sharding import DataFile, plan_shard
 from sagetrain.trainer.tfrecord_frames import FrameError, count_files, count_records
 
 # The frame tests/unit/test_trainer_tfrecord_frames.py builds for b"abc", as TensorFlow writes it.
@@ -62,3 +67,21 @@ def test_a_cut_file_fails_the_count_exactly_when_tensorflow_fails_to_read_it(tmp
                 count_records(str(cut))
         else:
             assert count_records(str(cut)) == expected, length
+
+
+@pytest.mark.parametrize("mode", [InputMode.FILE, InputMode.FAST_FILE])
+def test_the_reader_counts_on_threads_only_for_files_fetched_on_open(tmp_path, mode, monkeypatch):
+    """FastFile's files wait on the network at every open, so their count opens several at once; local
+    files are counted one after another (threads there only contend for the interpreter)."""
+    paths = [write_records(tmp_path / f"part-{index}.tfrecord", [b"r"] * (index + 1)) for index in range(5)]
+    shard = plan_shard([DataFile(path, Path(path).stat().st_size) for path in paths], 0, 1)
+    channel = Channel(ChannelConfig("train", mode), tmp_path, tuple(paths), DataFormat.TFRECORD, shard)
+    schedules = []
+
+    def recorded(files, *, concurrent_opens):
+        schedules.append(concurrent_opens)
+        return count_files(files, concurrent_opens=concurrent_opens)
+
+    monkeypatch.setattr(readers, "count_files", recorded)
+    assert readers._tfrecord_count(channel) == sum(tensorflow_count(path) for path in paths) == 15
+    assert schedules == [mode is InputMode.FAST_FILE]

@@ -13,6 +13,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 from pathlib import Path
 
 from sagetrain.config.channels import Channel as ChannelConfig
@@ -80,7 +81,7 @@ def list_data_files(directory: Path) -> list[DataFile]:
                     pending.append(entry.path)
                 elif entry.is_file():
                     found.append(DataFile(entry.path, entry.stat().st_size))
-    found.sort()  # by path: DataFile is a tuple, path first
+    found.sort(key=attrgetter("path"))
     return found
 
 
