@@ -3,9 +3,13 @@ simulated hosts through the managed trainer, against a plain tf.data read of the
 containers, for each file count and S3DistributionType.
 
 One job per (file count, distribution, run): every host's container runs payload/channel_job.py, which
-runs the image's ``train`` (the managed trainer on payload/channel_model.py, Horovod, 2 ranks per host)
-and the plain readers (payload/plain_channel_read.py, one process per rank slot, each reading the share of
-files a user would give that rank), in alternating order from run to run. Measured per side:
+runs the image's ``train`` (the managed trainer on payload/channel_model.py, Horovod, 2 ranks per host),
+the plain readers (payload/plain_channel_read.py, one process per rank slot, each reading the share of
+files a user would give that rank) and the trainer's input path without training
+(payload/input_path_read.py, one process per rank slot, each preparing and reading its rank's share with
+the trainer's own functions, no model step, no collective), in a rotating order from run to run. The
+third side tells the input path's cost from training's: the trainer's ranks train in lockstep, the
+readers only read. Measured per side:
 
 - start → first batch: seconds from the rank's own process start to its first batch reaching the model
   (the trainer: the probe layer's first eager call, after listing, sharding and counting the channel; the
@@ -13,12 +17,13 @@ files a user would give that rank), in alternating order from run to run. Measur
 - listing memory: peak RSS growth from just before the channel is listed to the first batch (the peak is
   reset there through /proc/self/clear_refs); the largest of the 4 ranks. Also the absolute peak RSS.
 - records/s: all ranks together. The trainer: records of the channel per epoch over the time between
-  rank 0's epoch lines (epochs after the first, which traces the step); the plain readers: the sum of
-  every reader's records/s over its timed passes (as many as the trainer's timed epochs).
+  rank 0's epoch lines (epochs after the first, which traces the step); the readers (plain and input
+  path): the sum of every reader's records/s over its timed passes (as many as the trainer's timed
+  epochs).
 
 Exactly-once is checked on both sides: the trainer counts every rank's records itself (no
-steps_per_epoch cap, so every epoch reads them all) and its total must equal the records written; the
-plain readers' records must add up to the same total.
+steps_per_epoch cap, so every epoch reads them all) and its total must equal the records written; each
+kind of reader's records must add up to the same total in every pass.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib.cluster import JobFailed, JobRun, JobSpec, LogLine, field_values, run_job
-from benchlib.context import PAYLOAD, Context, alternating
+from benchlib.context import PAYLOAD, Context
 from benchlib.plots import Point, scaling_plot
 from benchlib.report import NO_TARGET, Row, Target, TargetKind
 from sagetrain.deadline import Deadline
@@ -48,6 +53,7 @@ LISTING_TARGET_MB = 200.0
 RATE_TARGET = 0.9
 DATA_SECONDS = 1200.0
 JOB_SECONDS = 900.0
+STEPS = ("trainer", "plain", "input")  # channel_job.py's steps, run in a rotating order
 TOTAL_RECORDS = re.compile(r"(\d+) rank\(s\), (\d+) training records, (\d+) steps per epoch")
 
 
@@ -94,6 +100,11 @@ MEASURES = (
     ("peak RSS at first batch", "MB", "peak_mb", NO_TARGET),
     ("records/s, 4 ranks", "records/s", "records_per_s", Target(TargetKind.RATIO_AT_LEAST, RATE_TARGET)),
 )  # fmt: skip
+# The input path without training against the plain readers (rows and plots of its own).
+INPUT_PATH_MEASURES = (
+    ("records/s, 4 ranks, the trainer's input path without training", "records/s", "records_per_s",
+     Target(TargetKind.RATIO_AT_LEAST, RATE_TARGET)),
+)  # fmt: skip
 
 
 def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
@@ -132,10 +143,10 @@ def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
 
 
 def _job_spec(
-    ctx: Context, kind: ChannelKind, data: Path, sharded: bool, trainer_first: bool, epochs: int
+    ctx: Context, kind: ChannelKind, data: Path, sharded: bool, rotation: int, epochs: int
 ) -> JobSpec:
     plan = {
-        "order": ["trainer", "plain"] if trainer_first else ["plain", "trainer"],
+        "order": [*STEPS[rotation % len(STEPS) :], *STEPS[: rotation % len(STEPS)]],
         "slots": SLOTS,
         "sharded": sharded,
         "batch": kind.batch_size // RANKS,
@@ -199,32 +210,44 @@ def _trainer_rate(job: JobRun, records: int, epochs: int) -> tuple[float, float]
     return records * (epochs - 1) / seconds, 1000 * seconds / ((epochs - 1) * steps[0])
 
 
-def _plain_rate(job: JobRun, records: int, passes: int) -> float:
-    """The readers' records/s added up, after checking that their shares add up to every record once."""
+def _readers_rate(job: JobRun, impl: str, records: int, passes: int) -> float:
+    """The ``impl`` readers' records/s added up, after checking that their shares add up to every record
+    once in every pass."""
     by_reader: dict[str, list[tuple[int, float]]] = {}
-    for line in job.lines_with("BENCH read impl=plain "):
+    for line in job.lines_with(f"BENCH read impl={impl} "):
         values = field_values(line.text)
         by_reader.setdefault(values["reader"], []).append((int(values["records"]), float(values["seconds"])))
     # Checked before the passes are added up: a reader that died printed fewer of them.
     if len(by_reader) != RANKS or any(len(reads) != passes for reads in by_reader.values()):
-        raise JobFailed(f"plain: expected {RANKS} readers x {passes} passes:\n{job.hosts[0].tail()}")
+        raise JobFailed(f"{impl}: expected {RANKS} readers x {passes} passes:\n{job.hosts[0].tail()}")
     per_pass = [sum(reads[index][0] for reads in by_reader.values()) for index in range(passes)]
     if any(total != records for total in per_pass):
-        raise JobFailed(f"plain: the readers read {per_pass} records per pass, not {records} (exactly once)")
+        raise JobFailed(f"{impl}: the readers read {per_pass} records per pass, not {records} (exactly once)")
     return sum(statistics.median(n / seconds for n, seconds in reads) for reads in by_reader.values())
 
 
+@dataclass(frozen=True)
+class JobSides:
+    """One job's sides: the managed trainer, the plain tf.data readers, and the trainer's input path read
+    without training."""
+
+    trainer: Side
+    plain: Side
+    input_path: Side
+
+
 def measure(
-    ctx: Context, kind: ChannelKind, data: Path, count: int, sharded: bool, trainer_first: bool
-) -> tuple[Side, Side]:
-    """(trainer, plain) of one job."""
+    ctx: Context, kind: ChannelKind, data: Path, count: int, sharded: bool, rotation: int
+) -> JobSides:
     epochs = kind.timed_epochs(count) + 1
-    spec = _job_spec(ctx, kind, data, sharded, trainer_first, epochs)
+    spec = _job_spec(ctx, kind, data, sharded, rotation, epochs)
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
     records = kind.records(count)
-    trainer = _side(_first_batches(job, "trainer"), *_trainer_rate(job, records, epochs))
-    plain = _side(_first_batches(job, "plain"), _plain_rate(job, records, epochs - 1))
-    return trainer, plain
+    return JobSides(
+        trainer=_side(_first_batches(job, "trainer"), *_trainer_rate(job, records, epochs)),
+        plain=_side(_first_batches(job, "plain"), _readers_rate(job, "plain", records, epochs - 1)),
+        input_path=_side(_first_batches(job, "input"), _readers_rate(job, "input", records, epochs - 1)),
+    )
 
 
 def _describe(side: Side) -> str:
@@ -236,7 +259,7 @@ def _describe(side: Side) -> str:
     )
 
 
-Samples = dict[tuple[str, int], list[tuple[Side, Side]]]
+Samples = dict[tuple[str, int], list[JobSides]]
 
 
 def _sample_all(ctx: Context, kind: ChannelKind) -> Samples:
@@ -245,37 +268,45 @@ def _sample_all(ctx: Context, kind: ChannelKind) -> Samples:
     for count in kind.counts:
         for distribution in DISTRIBUTIONS:
             runs = min(ctx.runs, kind.runs_cap(count))
-            for index, trainer_first in alternating(runs):
-                pair = measure(
-                    ctx, kind, data / str(count), count, distribution != DISTRIBUTIONS[0], trainer_first
-                )
+            for index in range(runs):
+                sides = measure(ctx, kind, data / str(count), count, distribution != DISTRIBUTIONS[0], index)
                 ctx.say(f"[{kind.number}] {count} files {distribution} run {index + 1}/{runs}: "
-                        f"trainer {_describe(pair[0])}; plain {_describe(pair[1])}")  # fmt: skip
-                samples.setdefault((distribution, count), []).append(pair)
+                        f"trainer {_describe(sides.trainer)}; plain {_describe(sides.plain)}; "
+                        f"input path {_describe(sides.input_path)}")  # fmt: skip
+                samples.setdefault((distribution, count), []).append(sides)
     return samples
+
+
+# (side, its label in the rows and plots) of each comparison the rows make; plain tf.data is the baseline.
+COMPARED = (("trainer", "trainer", MEASURES), ("input_path", "trainer's input path", INPUT_PATH_MEASURES))
+SIDE_LABELS = (("trainer", "trainer"), ("input_path", "trainer's input path"), ("plain", "plain tf.data"))
 
 
 def _rows(kind: ChannelKind, title: str, samples: Samples) -> list[Row]:
     rows = []
-    for (distribution, count), pairs in samples.items():
+    for (distribution, count), jobs in samples.items():
         note = (
             f"{count:,} files of {kind.records_per_file} records ({kind.file_bytes() / 1024:,.0f} KiB), "
-            f"global batch {kind.batch_size}, {kind.timed_epochs(count)} timed epoch(s); {len(pairs)} run(s)"
+            f"global batch {kind.batch_size}, {kind.timed_epochs(count)} timed epoch(s); {len(jobs)} run(s)"
         )
-        for index, (measure_name, unit, attribute, target) in enumerate(MEASURES):
-            values = tuple((getattr(ours, attribute), getattr(theirs, attribute)) for ours, theirs in pairs)
+        for index, (side, label, (measure_name, unit, attribute, target)) in enumerate(
+            (side, label, measure) for side, label, measures in COMPARED for measure in measures
+        ):
+            values = tuple(
+                (getattr(getattr(job, side), attribute), getattr(job.plain, attribute)) for job in jobs
+            )
             name = f"{title}, {distribution}, {count:,} files: {measure_name}"
             # The note describes the channel, the same for all its measures: printed once.
             row_note = note if index == 0 else ""
-            rows.append(Row(kind.number, name, "trainer", "plain tf.data", unit, values, target, row_note))
+            rows.append(Row(kind.number, name, label, "plain tf.data", unit, values, target, row_note))
     return rows
 
 
 def _series(samples: Samples, attribute: str) -> dict[str, list[Point]]:
     series: dict[str, list[Point]] = {}
-    for (distribution, count), pairs in samples.items():
-        for side, label in ((0, "trainer"), (1, "plain tf.data")):
-            values = [getattr(pair[side], attribute) for pair in pairs]
+    for (distribution, count), jobs in samples.items():
+        for side, label in SIDE_LABELS:
+            values = [getattr(getattr(job, side), attribute) for job in jobs]
             point = (float(count), statistics.median(values), min(values), max(values))
             series.setdefault(f"{label}, {distribution}", []).append(point)
     return series

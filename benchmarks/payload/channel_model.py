@@ -16,6 +16,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 from channel_records import first_batch_line, image_shape, mark_before_listing, parse_image_record
+from probe import probe_label
 
 CLASSES = 10
 
@@ -32,8 +33,7 @@ class FirstBatchProbe(keras.layers.Layer):
         # KerasTensors; only a real batch is both eager and a tf.Tensor.
         if not self.reported and tf.executing_eagerly() and isinstance(inputs, tf.Tensor):
             self.reported = True
-            rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
-            print(first_batch_line(f"impl=trainer rank={rank}"), flush=True)
+            print(first_batch_line(probe_label(os.environ)), flush=True)
         return inputs
 
 

@@ -26,8 +26,11 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.report.verdict": frozenset({"SUCCESS"}),
     # Figure 16: masking at SageMaker's limits, and the former method from the same forms.
     "sagetrain.redact": frozenset({"MASK", "Redactor", "forms"}),
+    # Figures 13 and 14: the input-path readers stand for ranks, placed as the launcher places one.
+    "sagetrain.contracts": frozenset({"LOCAL_RANK_VAR", "LOCAL_SIZE_VAR", "RANK_VAR", "SIZE_VAR"}),
     # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches); and
-    # the trainer's profile (payload/trainer_profile.py): each stage of a rank's epoch on its own.
+    # the trainer's profile (payload/trainer_profile.py): each stage of a rank's epoch on its own; and
+    # figures 13 and 14's input-path readers (payload/input_path_read.py).
     "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
     "sagetrain.trainer.job": frozenset({"trainer_job"}),
     "sagetrain.trainer.preparation": frozenset({"TRAIN", "prepare"}),

@@ -1,0 +1,53 @@
+"""Figures 13 and 14, the managed trainer's input path without training: one process per rank slot, as
+the plain readers run, each preparing its rank's share exactly as the trainer does (sagetrain.trainer's
+own functions: list, deal, count, parse, the epoch's seeded shuffle and exact batches, prefetch) and
+reading it without a model step or a collective.
+
+``python input_path_read.py NAME PASSES``, with the rank's place in SAGETRAIN_RANK/_LOCAL_RANK/_SIZE/
+_LOCAL_SIZE (channel_job.py sets them). Prints ``BENCH first_batch impl=input reader=NAME …`` (the
+model module's probe, when preparation feeds the first batch through the model), then, after a first
+epoch that warms up as the trainer's does, ``BENCH read impl=input reader=NAME records=… seconds=…`` per
+timed epoch.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from sagetrain.trainer.hyperparameters import settings_from
+from sagetrain.trainer.job import trainer_job
+from sagetrain.trainer.preparation import prepare
+from sagetrain.trainer.readers import epoch_batches, epoch_seed
+from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
+
+name, passes = sys.argv[1], int(sys.argv[2])
+job = trainer_job(os.environ)
+settings = settings_from(job.config.hyperparameters, job.paths.hyperparameters)
+batch = settings.per_rank_batch_size(job.ranks.size)
+prepared = prepare(job, settings, Path(__file__).with_name("channel_model.py"), batch)
+# The trainer plans from every rank's count; the figures' files all hold as many records, so every rank
+# plans the same steps from its own count alone.
+steps = steps_per_epoch([prepared.train.count], batch)
+sizes = batch_sizes(prepared.train.count, steps, batch)
+
+
+def read_epoch(epoch: int) -> int:
+    batches = epoch_batches(
+        prepared.train,
+        sizes=sizes,
+        seed=epoch_seed(settings.seed, epoch, job.ranks.rank),
+        shuffle_buffer=settings.shuffle_buffer,
+    )
+    records = 0
+    for _images, labels in batches:
+        records += int(labels.shape[0])
+    return records
+
+
+read_epoch(1)
+for epoch in range(2, passes + 2):
+    began = time.perf_counter()
+    records = read_epoch(epoch)
+    seconds = time.perf_counter() - began
+    print(f"BENCH read impl=input reader={name} records={records} seconds={seconds:.6f}", flush=True)
