@@ -7,7 +7,7 @@ runs the image's ``train`` (the managed trainer on payload/channel_model.py, Hor
 the plain readers (payload/plain_channel_read.py, one process per rank slot, each reading the share of
 files a user would give that rank) and the trainer's input path without training
 (payload/input_path_read.py, one process per rank slot, each preparing and reading its rank's share with
-the trainer's own functions, no model step, no collective), in a rotating order from run to run. The
+the trainer's own functions, no model step, no collective), in an order that flips from run to run. The
 third side tells the input path's cost from training's: the trainer's ranks train in lockstep, the
 readers only read. Measured per side:
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib.cluster import JobFailed, JobRun, JobSpec, LogLine, field_values, run_job
-from benchlib.context import PAYLOAD, Context
+from benchlib.context import PAYLOAD, Context, alternating
 from benchlib.plots import Point, scaling_plot
 from benchlib.report import NO_TARGET, Row, Target, TargetKind
 from sagetrain.deadline import Deadline
@@ -53,7 +53,7 @@ LISTING_TARGET_MB = 200.0
 RATE_TARGET = 0.9
 DATA_SECONDS = 1200.0
 JOB_SECONDS = 900.0
-STEPS = ("trainer", "plain", "input")  # channel_job.py's steps, run in a rotating order
+STEPS = ("trainer", "plain", "input")  # channel_job.py's steps; the order flips from run to run
 TOTAL_RECORDS = re.compile(r"(\d+) rank\(s\), (\d+) training records, (\d+) steps per epoch")
 
 
@@ -143,10 +143,10 @@ def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
 
 
 def _job_spec(
-    ctx: Context, kind: ChannelKind, data: Path, sharded: bool, rotation: int, epochs: int
+    ctx: Context, kind: ChannelKind, data: Path, sharded: bool, steps_forward: bool, epochs: int
 ) -> JobSpec:
     plan = {
-        "order": [*STEPS[rotation % len(STEPS) :], *STEPS[: rotation % len(STEPS)]],
+        "order": list(STEPS if steps_forward else reversed(STEPS)),
         "slots": SLOTS,
         "sharded": sharded,
         "batch": kind.batch_size // RANKS,
@@ -237,10 +237,10 @@ class JobSides:
 
 
 def measure(
-    ctx: Context, kind: ChannelKind, data: Path, count: int, sharded: bool, rotation: int
+    ctx: Context, kind: ChannelKind, data: Path, count: int, sharded: bool, steps_forward: bool
 ) -> JobSides:
     epochs = kind.timed_epochs(count) + 1
-    spec = _job_spec(ctx, kind, data, sharded, rotation, epochs)
+    spec = _job_spec(ctx, kind, data, sharded, steps_forward, epochs)
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
     records = kind.records(count)
     return JobSides(
@@ -268,8 +268,9 @@ def _sample_all(ctx: Context, kind: ChannelKind) -> Samples:
     for count in kind.counts:
         for distribution in DISTRIBUTIONS:
             runs = min(ctx.runs, kind.runs_cap(count))
-            for index in range(runs):
-                sides = measure(ctx, kind, data / str(count), count, distribution != DISTRIBUTIONS[0], index)
+            for index, forward in alternating(runs):
+                sharded = distribution != DISTRIBUTIONS[0]
+                sides = measure(ctx, kind, data / str(count), count, sharded, forward)
                 ctx.say(f"[{kind.number}] {count} files {distribution} run {index + 1}/{runs}: "
                         f"trainer {_describe(sides.trainer)}; plain {_describe(sides.plain)}; "
                         f"input path {_describe(sides.input_path)}")  # fmt: skip

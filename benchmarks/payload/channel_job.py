@@ -3,7 +3,7 @@ runs channel_model.py on every rank), the plain tf.data readers (plain_channel_r
 input path without training (input_path_read.py), one after the other in the order given, in the same
 container and on the same channel files.
 
-``python channel_job.py PLAN_JSON``; the plan: ``order`` (a rotation of ["trainer", "plain", "input"]),
+``python channel_job.py PLAN_JSON``; the plan: ``order`` (["trainer", "plain", "input"] or the reverse),
 ``slots`` (ranks per host), ``sharded`` (ShardedByS3Key: this host's files are its own, split between its
 slots; FullyReplicated: all hosts' readers split every file), ``batch``, ``passes``, ``image_shape``.
 Exits with the trainer's exit code, or 1 if a reader failed.
@@ -13,62 +13,58 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from probe import PROBE_LABEL_VAR
-from sagetrain.contracts import LOCAL_RANK_VAR, LOCAL_SIZE_VAR, RANK_VAR, SIZE_VAR
+from sagetrain.contracts import RankPlace
 
 CHANNEL = Path("/opt/ml/input/data/train")
 CODE = Path(__file__).resolve().parent
 
 
-def reader_places(plan: dict) -> list[tuple[str, int, int]]:
-    """(name, index, count) of this host's plain readers: reader ``index`` of ``count`` reads every
-    ``count``-th file, the share a user would give that rank; names are unique across hosts."""
+@dataclass(frozen=True)
+class ReaderSlot:
+    """One reader of this host: ``name`` (unique across hosts), the rank ``place`` it stands for (as mpirun
+    places ranks: hosts in resourceconfig.json's order, ``-map-by slot``), and the plain reader's share,
+    every ``count``-th file from the ``index``-th, the share a user would give that rank."""
+
+    name: str
+    place: RankPlace
+    index: int
+    count: int
+
+
+def reader_slots(plan: dict) -> list[ReaderSlot]:
     resources = json.loads(Path("/opt/ml/input/config/resourceconfig.json").read_text())
-    slots = int(plan["slots"])
-    host = sorted(resources["hosts"]).index(resources["current_host"])
-    names = [str(host * slots + slot) for slot in range(slots)]
-    if plan["sharded"]:
-        return [(names[slot], slot, slots) for slot in range(slots)]
-    count = slots * len(resources["hosts"])
-    return [(names[slot], host * slots + slot, count) for slot in range(slots)]
+    slots, hosts = int(plan["slots"]), len(resources["hosts"])
+    first = resources["hosts"].index(resources["current_host"]) * slots
+    readers = []
+    for slot in range(slots):
+        place = RankPlace(rank=first + slot, size=hosts * slots, local_rank=slot, local_size=slots)
+        # ShardedByS3Key: this host's files are its own, split between its slots; FullyReplicated: every
+        # reader of every host takes its share of all files.
+        index, count = (slot, slots) if plan["sharded"] else (place.rank, place.size)
+        readers.append(ReaderSlot(str(place.rank), place, index, count))
+    return readers
 
 
-def reader_command(step: str, plan: dict, name: str, index: int, count: int) -> list[str]:
+def reader_process(step: str, plan: dict, reader: ReaderSlot) -> subprocess.Popen[bytes]:
     if step == "plain":
-        arguments = [str(CHANNEL), name, str(index), str(count), str(plan["batch"]), str(plan["passes"])]
-        return [
-            sys.executable,
-            str(CODE / "plain_channel_read.py"),
-            *arguments,
-            json.dumps(plan["image_shape"]),
-        ]
-    return [sys.executable, str(CODE / "input_path_read.py"), name, str(plan["passes"])]
-
-
-def input_reader_env(plan: dict, name: str) -> dict[str, str]:
-    """The environment of the input-path reader ``name``: the place of the rank it stands for (as the
-    launcher gives a rank its place) and its probe's label."""
-    slots = int(plan["slots"])
-    resources = json.loads(Path("/opt/ml/input/config/resourceconfig.json").read_text())
-    rank = int(name)
-    return {
-        **os.environ,
-        RANK_VAR: str(rank),
-        LOCAL_RANK_VAR: str(rank % slots),
-        SIZE_VAR: str(slots * len(resources["hosts"])),
-        LOCAL_SIZE_VAR: str(slots),
-        PROBE_LABEL_VAR: f"impl=input reader={name}",
-    }
+        arguments = [str(CHANNEL), reader.name, str(reader.index), str(reader.count)]
+        arguments += [str(plan["batch"]), str(plan["passes"]), json.dumps(plan["image_shape"])]
+        return subprocess.Popen([sys.executable, str(CODE / "plain_channel_read.py"), *arguments], cwd=CODE)
+    if step == "input":
+        env = {**os.environ, **reader.place.to_env(), PROBE_LABEL_VAR: f"impl=input reader={reader.name}"}
+        command = [sys.executable, str(CODE / "input_path_read.py"), reader.name, str(plan["passes"])]
+        return subprocess.Popen(command, cwd=CODE, env=env)
+    raise ValueError(f"unknown step {step!r}")
 
 
 def run_readers(step: str, plan: dict) -> int:
-    readers = []
-    for name, index, count in reader_places(plan):
-        env = input_reader_env(plan, name) if step == "input" else None
-        readers.append(subprocess.Popen(reader_command(step, plan, name, index, count), cwd=CODE, env=env))
-    return max(reader.wait() for reader in readers)
+    """1 if any reader failed (or was killed), else 0; waits for every reader."""
+    codes = [reader.wait() for reader in [reader_process(step, plan, slot) for slot in reader_slots(plan)]]
+    return 1 if any(codes) else 0
 
 
 def main() -> int:
@@ -80,7 +76,7 @@ def main() -> int:
             print(f"BENCH trainer_exit code={trainer_code}", flush=True)
         else:
             readers_code = run_readers(step, plan) or readers_code
-    return trainer_code or (1 if readers_code else 0)
+    return trainer_code or readers_code
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Figures 13 and 14, the managed trainer's input path without training: one process per rank slot, as
 the plain readers run, each preparing its rank's share exactly as the trainer does (sagetrain.trainer's
-own functions: list, deal, count, parse, the epoch's seeded shuffle and exact batches, prefetch) and
-reading it without a model step or a collective.
+own functions: list, deal, count, parse, the epoch's seeded shuffle when the job sets a shuffle buffer
+(the figures do not, as the plain read does not shuffle), exact batches, prefetch) and reading it without
+a model step or a collective.
 
 ``python input_path_read.py NAME PASSES``, with the rank's place in SAGETRAIN_RANK/_LOCAL_RANK/_SIZE/
 _LOCAL_SIZE (channel_job.py sets them). Prints ``BENCH first_batch impl=input reader=NAME …`` (the

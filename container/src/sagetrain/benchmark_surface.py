@@ -26,8 +26,9 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.report.verdict": frozenset({"SUCCESS"}),
     # Figure 16: masking at SageMaker's limits, and the former method from the same forms.
     "sagetrain.redact": frozenset({"MASK", "Redactor", "forms"}),
-    # Figures 13 and 14: the input-path readers stand for ranks, placed as the launcher places one.
-    "sagetrain.contracts": frozenset({"LOCAL_RANK_VAR", "LOCAL_SIZE_VAR", "RANK_VAR", "SIZE_VAR"}),
+    # Figures 13 and 14: the input-path readers stand for ranks, placed as the launcher places one; the
+    # model module's probe names the trainer's rank by mpirun's variable.
+    "sagetrain.contracts": frozenset({"MPI_RANK_VAR", "RankPlace"}),
     # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches); and
     # the trainer's profile (payload/trainer_profile.py): each stage of a rank's epoch on its own; and
     # figures 13 and 14's input-path readers (payload/input_path_read.py).
