@@ -278,7 +278,8 @@ def _sample_all(ctx: Context, kind: ChannelKind) -> Samples:
     return samples
 
 
-# (side, its label in the rows and plots) of each comparison the rows make; plain tf.data is the baseline.
+# (side, label, measures) of each comparison the rows make against plain tf.data; and every side's label
+# in the plots, which show all three.
 COMPARED = (("trainer", "trainer", MEASURES), ("input_path", "trainer's input path", INPUT_PATH_MEASURES))
 SIDE_LABELS = (("trainer", "trainer"), ("input_path", "trainer's input path"), ("plain", "plain tf.data"))
 

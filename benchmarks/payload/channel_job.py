@@ -63,7 +63,8 @@ def reader_process(step: str, plan: dict, reader: ReaderSlot) -> subprocess.Pope
 
 def run_readers(step: str, plan: dict) -> int:
     """1 if any reader failed (or was killed), else 0; waits for every reader."""
-    codes = [reader.wait() for reader in [reader_process(step, plan, slot) for slot in reader_slots(plan)]]
+    processes = [reader_process(step, plan, slot) for slot in reader_slots(plan)]
+    codes = [process.wait() for process in processes]
     return 1 if any(codes) else 0
 
 
