@@ -274,12 +274,14 @@ static void log_refusal(int listener, const struct sockaddr_storage *peer) {
     }
 }
 
-/* Reset, not closed: the peer learns at once that it was turned away, and no TIME_WAIT is left here. */
+/* Reset, not closed: the peer learns at once that it was turned away, and no TIME_WAIT is left here.
+ * Said before the reset: a peer that tries another port once it sees the reset cannot have that refusal
+ * said first (the line names the first refusal of the process). */
 static void refuse(int listener, int connection, const struct sockaddr_storage *peer) {
+    log_refusal(listener, peer);
     struct linger reset = {.l_onoff = 1, .l_linger = 0};
     setsockopt(connection, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     close(connection);
-    log_refusal(listener, peer);
 }
 
 /* The caller's address buffer, filled as the kernel fills it: at most *length bytes, *length set to the
