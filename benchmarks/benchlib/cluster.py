@@ -45,6 +45,7 @@ class JobSpec:
     command: tuple[str, ...] = ("train",)
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, Path] = field(default_factory=dict)  # container path -> host file, read-only
+    shared: Mapping[str, Path] = field(default_factory=dict)  # container path -> host folder all hosts write
     timeout_seconds: float = 600.0
 
 
@@ -184,6 +185,8 @@ def run_job(created: Created, spec: JobSpec, workdir: Path) -> JobRun:
                 args += ["--env", f"{key}={value}"]
             for target, source in spec.files.items():
                 args += ["--mount", f"type=bind,source={source.resolve()},target={target},readonly"]
+            for target, source in spec.shared.items():
+                args += ["--mount", f"type=bind,source={source.resolve()},target={target}"]
             created.create_container(containers[host], [*args, spec.image, *spec.command])
         issued = time.time()  # Docker's part of a start begins here (it starts them one by one)
         docker.run(["start", *containers.values()])

@@ -18,8 +18,11 @@ readers only read. Measured per side:
   reset there through /proc/self/clear_refs); the largest of the 4 ranks. Also the absolute peak RSS.
 - records/s: all ranks together. The trainer: records of the channel per epoch over the time between
   rank 0's epoch lines (epochs after the first, which traces the step); the readers (plain and input
-  path): the sum of every reader's records/s over its timed passes (as many as the trainer's timed
-  epochs).
+  path): the records of every reader's timed passes (as many as the trainer's timed epochs) over the time
+  the slowest reader took for its passes. A side's readers start their timed passes together, once every
+  one of them has made its first pass (payload/start_together.py), as the trainer's ranks run their
+  epochs together; freely running readers, each timing its own passes, would time some passes beside
+  readers still starting up and others alone.
 
 Exactly-once is checked on both sides: the trainer counts every rank's records itself (no
 steps_per_epoch cap, so every epoch reads them all) and its total must equal the records written; each
@@ -54,6 +57,7 @@ RATE_TARGET = 0.9
 DATA_SECONDS = 1200.0
 JOB_SECONDS = 900.0
 STEPS = ("trainer", "plain", "input")  # channel_job.py's steps; the order flips from run to run
+START_TOGETHER = "/bench-start-together"  # where every host's container mounts the readers' barrier folder
 TOTAL_RECORDS = re.compile(r"(\d+) rank\(s\), (\d+) training records, (\d+) steps per epoch")
 
 
@@ -145,8 +149,11 @@ def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
 def _job_spec(
     ctx: Context, kind: ChannelKind, data: Path, sharded: bool, steps_forward: bool, epochs: int
 ) -> JobSpec:
+    start_together = ctx.workdir / f"start-together-{secrets.token_hex(3)}"
+    start_together.mkdir()
     plan = {
         "order": list(STEPS if steps_forward else reversed(STEPS)),
+        "start_together": START_TOGETHER,
         "slots": SLOTS,
         "sharded": sharded,
         "batch": kind.batch_size // RANKS,
@@ -172,6 +179,7 @@ def _job_spec(
         channels={"train": data},
         sharded=("train",) if sharded else (),
         command=("python", "/opt/ml/code/channel_job.py", json.dumps(plan)),
+        shared={START_TOGETHER: start_together},
         timeout_seconds=JOB_SECONDS,
     )
 
@@ -211,8 +219,9 @@ def _trainer_rate(job: JobRun, records: int, epochs: int) -> tuple[float, float]
 
 
 def _readers_rate(job: JobRun, impl: str, records: int, passes: int) -> float:
-    """The ``impl`` readers' records/s added up, after checking that their shares add up to every record
-    once in every pass."""
+    """The ``impl`` readers' records/s together: every record of their timed passes over the slowest
+    reader's time for its passes (they start them together), after checking that their shares add up to
+    every record once in every pass."""
     by_reader: dict[str, list[tuple[int, float]]] = {}
     for line in job.lines_with(f"BENCH read impl={impl} "):
         values = field_values(line.text)
@@ -223,7 +232,7 @@ def _readers_rate(job: JobRun, impl: str, records: int, passes: int) -> float:
     per_pass = [sum(reads[index][0] for reads in by_reader.values()) for index in range(passes)]
     if any(total != records for total in per_pass):
         raise JobFailed(f"{impl}: the readers read {per_pass} records per pass, not {records} (exactly once)")
-    return sum(statistics.median(n / seconds for n, seconds in reads) for reads in by_reader.values())
+    return records * passes / max(sum(seconds for _, seconds in reads) for reads in by_reader.values())
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,10 @@ container and on the same channel files.
 
 ``python channel_job.py PLAN_JSON``; the plan: ``order`` (["trainer", "plain", "input"] or the reverse),
 ``slots`` (ranks per host), ``sharded`` (ShardedByS3Key: this host's files are its own, split between its
-slots; FullyReplicated: all hosts' readers split every file), ``batch``, ``passes``, ``image_shape``.
-Exits with the trainer's exit code, or 1 if a reader failed.
+slots; FullyReplicated: all hosts' readers split every file), ``batch``, ``passes``, ``image_shape``,
+``start_together`` (a folder every host mounts, where the first host lets each side's readers start
+their timed passes together: start_together.py). Exits with the trainer's exit code, or 1 if a reader
+failed.
 """
 
 import json
@@ -18,9 +20,12 @@ from pathlib import Path
 
 from probe import PROBE_LABEL_VAR
 from sagetrain.contracts import RankPlace
+from start_together import FOLDER_VAR, release_together
 
 CHANNEL = Path("/opt/ml/input/data/train")
 CODE = Path(__file__).resolve().parent
+# How long the first host waits for every reader to be ready; a reader that died never is.
+READY_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -35,10 +40,22 @@ class ReaderSlot:
     count: int
 
 
-def reader_slots(plan: dict) -> list[ReaderSlot]:
-    resources = json.loads(Path("/opt/ml/input/config/resourceconfig.json").read_text())
-    slots, hosts = int(plan["slots"]), len(resources["hosts"])
-    first = resources["hosts"].index(resources["current_host"]) * slots
+@dataclass(frozen=True)
+class Cluster:
+    """This job's hosts in resourceconfig.json's order and this container's host."""
+
+    hosts: tuple[str, ...]
+    current: str
+
+    @classmethod
+    def read(cls) -> "Cluster":
+        resources = json.loads(Path("/opt/ml/input/config/resourceconfig.json").read_text())
+        return cls(tuple(resources["hosts"]), resources["current_host"])
+
+
+def reader_slots(plan: dict, cluster: Cluster) -> list[ReaderSlot]:
+    slots, hosts = int(plan["slots"]), len(cluster.hosts)
+    first = cluster.hosts.index(cluster.current) * slots
     readers = []
     for slot in range(slots):
         place = RankPlace(rank=first + slot, size=hosts * slots, local_rank=slot, local_size=slots)
@@ -50,33 +67,49 @@ def reader_slots(plan: dict) -> list[ReaderSlot]:
 
 
 def reader_process(step: str, plan: dict, reader: ReaderSlot) -> subprocess.Popen[bytes]:
+    env = {**os.environ, FOLDER_VAR: plan["start_together"]}
     if step == "plain":
         arguments = [str(CHANNEL), reader.name, str(reader.index), str(reader.count)]
         arguments += [str(plan["batch"]), str(plan["passes"]), json.dumps(plan["image_shape"])]
-        return subprocess.Popen([sys.executable, str(CODE / "plain_channel_read.py"), *arguments], cwd=CODE)
+        command = [sys.executable, str(CODE / "plain_channel_read.py"), *arguments]
+        return subprocess.Popen(command, cwd=CODE, env=env)
     if step == "input":
-        env = {**os.environ, **reader.place.to_env(), PROBE_LABEL_VAR: f"impl=input reader={reader.name}"}
+        env.update(reader.place.to_env())
+        env[PROBE_LABEL_VAR] = f"impl=input reader={reader.name}"
         command = [sys.executable, str(CODE / "input_path_read.py"), reader.name, str(plan["passes"])]
         return subprocess.Popen(command, cwd=CODE, env=env)
     raise ValueError(f"unknown step {step!r}")
 
 
-def run_readers(step: str, plan: dict) -> int:
-    """1 if any reader failed (or was killed), else 0; waits for every reader."""
-    processes = [reader_process(step, plan, slot) for slot in reader_slots(plan)]
+def run_readers(step: str, plan: dict, cluster: Cluster) -> int:
+    """1 if any reader failed (or was killed) or not every reader got ready, else 0; waits for every
+    reader. The first host lets all hosts' readers of the step start their timed passes together."""
+    processes = [reader_process(step, plan, slot) for slot in reader_slots(plan, cluster)]
+    if cluster.current == cluster.hosts[0]:
+        names = [str(rank) for rank in range(len(cluster.hosts) * int(plan["slots"]))]
+        try:
+            release_together(Path(plan["start_together"]), step, names, READY_TIMEOUT_S)
+        except TimeoutError as error:
+            print(f"channel_job: {error}", file=sys.stderr, flush=True)
+            for process in processes:
+                process.kill()
+            for process in processes:
+                process.wait()
+            return 1
     codes = [process.wait() for process in processes]
     return 1 if any(codes) else 0
 
 
 def main() -> int:
     plan = json.loads(sys.argv[1])
+    cluster = Cluster.read()
     trainer_code = readers_code = 0
     for step in plan["order"]:
         if step == "trainer":
             trainer_code = subprocess.run(["train"], check=False).returncode
             print(f"BENCH trainer_exit code={trainer_code}", flush=True)
         else:
-            readers_code = run_readers(step, plan) or readers_code
+            readers_code = run_readers(step, plan, cluster) or readers_code
     return trainer_code or readers_code
 
 

@@ -1,14 +1,14 @@
 """Figures 13 and 14, the managed trainer's input path without training: one process per rank slot, as
 the plain readers run, each preparing its rank's share exactly as the trainer does (sagetrain.trainer's
 own functions: list, deal, count, parse, the epoch's seeded shuffle when the job sets a shuffle buffer
-(the figures do not, as the plain read does not shuffle), exact batches, prefetch) and reading it without
-a model step or a collective.
+(the figures do not, as the plain read does not shuffle), exact batches, prefetch, one dataset for all
+epochs when they are the same) and reading it without a model step or a collective.
 
 ``python input_path_read.py NAME PASSES``, with the rank's place in SAGETRAIN_RANK/_LOCAL_RANK/_SIZE/
 _LOCAL_SIZE (channel_job.py sets them). Prints ``BENCH first_batch impl=input reader=NAME …`` (the
 model module's probe, when preparation feeds the first batch through the model), then, after a first
-epoch that warms up as the trainer's does, ``BENCH read impl=input reader=NAME records=… seconds=…`` per
-timed epoch.
+epoch that warms up as the trainer's does and once every reader has (start_together.py),
+``BENCH read impl=input reader=NAME records=… seconds=…`` per timed epoch.
 """
 
 import os
@@ -19,8 +19,9 @@ from pathlib import Path
 from sagetrain.trainer.hyperparameters import settings_from
 from sagetrain.trainer.job import trainer_job
 from sagetrain.trainer.preparation import prepare
-from sagetrain.trainer.readers import epoch_batches, epoch_seed
+from sagetrain.trainer.readers import batches_by_epoch
 from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
+from start_together import wait_for_the_others
 
 name, passes = sys.argv[1], int(sys.argv[2])
 job = trainer_job(os.environ)
@@ -33,20 +34,24 @@ steps = steps_per_epoch([prepared.train.count], batch)
 sizes = batch_sizes(prepared.train.count, steps, batch)
 
 
+batches = batches_by_epoch(
+    prepared.train,
+    sizes=sizes,
+    job_seed=settings.seed,
+    shard_index=job.ranks.rank,
+    shuffle_buffer=settings.shuffle_buffer,
+)
+
+
 def read_epoch(epoch: int) -> int:
-    batches = epoch_batches(
-        prepared.train,
-        sizes=sizes,
-        seed=epoch_seed(settings.seed, epoch, job.ranks.rank),
-        shuffle_buffer=settings.shuffle_buffer,
-    )
     records = 0
-    for _images, labels in batches:
+    for _images, labels in batches(epoch, 0):
         records += int(labels.shape[0])
     return records
 
 
 read_epoch(1)
+wait_for_the_others("input", name)
 for epoch in range(2, passes + 2):
     began = time.perf_counter()
     records = read_epoch(epoch)

@@ -4,8 +4,8 @@ same container — list the files, take its share, TFRecordDataset → map(parse
 ``python plain_channel_read.py CHANNEL_DIR NAME INDEX COUNT BATCH PASSES IMAGE_SHAPE_JSON``: reader
 NAME, number INDEX of COUNT on this host's files, reads every COUNT-th file (sorted). Prints
 ``BENCH first_batch impl=plain …`` (seconds since this process started, memory) at its first batch,
-then, after a first pass that warms up as the trainer's first epoch does,
-``BENCH read impl=plain reader=… records=… seconds=…`` per timed pass.
+then, after a first pass that warms up as the trainer's first epoch does and once every reader has
+(start_together.py), ``BENCH read impl=plain reader=… records=… seconds=…`` per timed pass.
 """
 
 import json
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import tensorflow as tf
 from channel_records import first_batch_line, mark_before_listing, parse_image_record
+from start_together import wait_for_the_others
 
 channel, name, index, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 batch, passes, hp = int(sys.argv[5]), int(sys.argv[6]), {"image_shape": json.loads(sys.argv[7])}
@@ -38,6 +39,7 @@ def read_all(report_first: bool) -> int:
 
 
 read_all(report_first=True)
+wait_for_the_others("plain", name)
 for _ in range(passes):
     began = time.perf_counter()
     records = read_all(report_first=False)

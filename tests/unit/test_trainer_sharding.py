@@ -7,14 +7,16 @@ import pytest
 from sagetrain.errors import UserError
 from sagetrain.trainer.sharding import (
     DataFile,
+    FileSpan,
     ShardLevel,
     balance_files,
     batch_sizes,
     check_has_records,
     check_records_per_rank,
     is_balanced,
+    locate_span,
     plan_shard,
-    records_in_record_shard,
+    record_span,
     records_through_step,
     steps_per_epoch,
 )
@@ -84,14 +86,48 @@ def test_fewer_files_than_ranks_shards_by_record(file_count, ranks):
     assert all(shard.files == tuple(listing) for shard in shards)
 
 
-@pytest.mark.parametrize(("total", "ranks"), [(10, 3), (7, 2), (3, 3), (100, 7), (1, 1)])
-def test_record_shards_cover_every_record_once(total, ranks):
-    taken = [list(range(total))[index::ranks] for index in range(ranks)]
-    assert [records_in_record_shard(total, index, ranks) for index in range(ranks)] == [len(t) for t in taken]
+@pytest.mark.parametrize(("total", "ranks"), [(10, 3), (7, 2), (3, 3), (100, 7), (1, 1), (2, 3), (0, 2)])
+def test_record_spans_cover_every_record_once_in_member_order_within_one_of_each_other(total, ranks):
+    spans = [record_span(total, index, ranks) for index in range(ranks)]
+    assert [position for span in spans for position in span] == list(range(total))
+    assert max(map(len, spans)) - min(map(len, spans)) <= 1
 
 
-def test_record_shard_can_be_empty_when_records_are_fewer_than_ranks():
-    assert [records_in_record_shard(2, index, 3) for index in range(3)] == [1, 1, 0]
+def test_a_record_span_can_be_empty_when_records_are_fewer_than_ranks():
+    assert [len(record_span(2, index, 3)) for index in range(3)] == [0, 1, 1]
+    with pytest.raises(ValueError, match=r"outside 0\.\.2"):
+        record_span(2, 3, 3)
+
+
+def test_a_span_is_located_in_the_files_that_hold_it_and_no_others():
+    counts = [4, 0, 3, 5]  # positions 0-3, none, 4-6, 7-11
+    assert locate_span(counts, range(0, 4)) == FileSpan(first=0, stop=1, skip=0, records=4)
+    assert locate_span(counts, range(4, 7)) == FileSpan(first=2, stop=3, skip=0, records=3)
+    assert locate_span(counts, range(2, 9)) == FileSpan(first=0, stop=4, skip=2, records=7)
+    assert locate_span(counts, range(11, 12)) == FileSpan(first=3, stop=4, skip=4, records=1)
+    assert locate_span(counts, range(5, 5)) == FileSpan(0, 0, 0, 0)
+    with pytest.raises(ValueError, match="past the files' 12 records"):
+        locate_span(counts, range(10, 13))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_located_spans_read_exactly_each_members_records(seed):
+    """Reading files[first:stop], skipping ``skip`` records and taking ``records`` gives exactly the
+    span's records, for every member of random listings (empty files, fewer records than members)."""
+    rng = random.Random(seed)
+    counts = [rng.choice([0, 1, 2, 5, 64]) for _ in range(rng.randint(1, 12))]
+    records = [(file, index) for file, count in enumerate(counts) for index in range(count)]
+    members = rng.randint(1, 9)
+    read = []
+    for member in range(members):
+        span = record_span(len(records), member, members)
+        where = locate_span(counts, span)
+        in_files = [(file, index) for file in range(where.first, where.stop) for index in range(counts[file])]
+        if where.records:
+            assert where.skip < counts[where.first], "a file read only to be skipped"
+            assert counts[where.stop - 1] > 0, "a trailing file without records"
+        read += in_files[where.skip : where.skip + where.records]
+    assert read == records
 
 
 @pytest.mark.parametrize(

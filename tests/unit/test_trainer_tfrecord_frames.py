@@ -76,11 +76,11 @@ def test_a_damaged_length_or_other_data_is_corrupted(tmp_path):
 
 
 @pytest.mark.parametrize("concurrent_opens", [False, True], ids=["one-after-another", "threads"])
-def test_many_files_are_summed_and_the_first_damaged_one_in_order_is_named(tmp_path, concurrent_opens):
+def test_many_files_are_counted_in_order_and_the_first_damaged_one_is_named(tmp_path, concurrent_opens):
     paths = [write(tmp_path / f"part-{index:04d}.tfrecord", [b"r"] * (index % 3)) for index in range(600)]
-    assert count_files(paths, concurrent_opens) == sum(index % 3 for index in range(600))
-    assert count_files(paths[:1], concurrent_opens) == 0
-    assert count_files([], concurrent_opens) == 0
+    assert count_files(paths, concurrent_opens) == tuple(index % 3 for index in range(600))
+    assert count_files(paths[:1], concurrent_opens) == (0,)
+    assert count_files([], concurrent_opens) == ()
     for index in (300, 550):
         with Path(paths[index]).open("ab") as handle:
             handle.write(frame(b"cut short")[:14])

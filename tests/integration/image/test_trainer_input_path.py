@@ -1,6 +1,7 @@
 """The managed trainer's TFRecord input path against TensorFlow's own reader, on files TensorFlow wrote:
 the frame-header count equals the records TensorFlow reads, a cut file fails the count exactly when
-TensorFlow's reader fails on it."""
+TensorFlow's reader fails on it, and a record-level shard reads each rank's own run of records and no
+record past it."""
 
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from sagetrain.config.channels import Channel as ChannelConfig
 from sagetrain.config.channels import InputMode
 from sagetrain.trainer import readers
 from sagetrain.trainer.channels import Channel, DataFormat
-from sagetrain.trainer.sharding import DataFile, plan_shard
+from sagetrain.trainer.sharding import DataFile, ShardLevel, plan_shard
 from sagetrain.trainer.tfrecord_frames import FrameError, count_files, count_records
 
 # The frame tests/unit/test_trainer_tfrecord_frames.py builds for b"abc", as TensorFlow writes it.
@@ -43,7 +44,7 @@ def test_header_count_equals_tensorflows_on_records_of_every_size(tmp_path):
         paths.append(write_records(tmp_path / f"part-{index:03d}.tfrecord", records))
     for path in paths:
         assert count_records(path) == tensorflow_count(path), path
-    assert count_files(paths) == sum(tensorflow_count(path) for path in paths)
+    assert count_files(paths) == tuple(tensorflow_count(path) for path in paths)
 
 
 @pytest.mark.parametrize("first_record_bytes", [5, 70_000], ids=["read-whole", "read-frame-by-frame"])
@@ -83,5 +84,80 @@ def test_the_reader_counts_on_threads_only_for_files_fetched_on_open(tmp_path, m
         return count_files(files, concurrent_opens=concurrent_opens)
 
     monkeypatch.setattr(readers, "count_files", recorded)
-    assert readers._tfrecord_count(channel) == sum(tensorflow_count(path) for path in paths) == 15
+    assert readers._tfrecord_share(channel)[1] == sum(tensorflow_count(path) for path in paths) == 15
     assert schedules == [mode is InputMode.FAST_FILE]
+
+
+def test_a_record_level_shard_reads_each_ranks_run_once_and_nothing_outside_it(tmp_path, monkeypatch):
+    """Three files (7, 0 and 9 records) on 4 ranks deal unevenly, so the shard is by record: every rank
+    reads a contiguous run of the 16 records, and together they read each once, in path order. No rank
+    opens a file before its run (ranks 2 and 3, whose runs lie in the last file, still read theirs once the
+    first file is gone), nor reads a record past it (a record whose own CRC is damaged, which the count
+    does not check and TensorFlow's reader does, fails only the rank whose run holds it)."""
+    counts = (7, 0, 9)
+    paths = [
+        write_records(
+            tmp_path / f"part-{index}.tfrecord", [f"{index}-{record}".encode() for record in range(count)]
+        )
+        for index, count in enumerate(counts)
+    ]
+    listing = [DataFile(path, Path(path).stat().st_size) for path in paths]
+
+    def rank_share(rank: int) -> tuple[list[bytes], int]:
+        shard = plan_shard(listing, rank, 4)
+        assert shard.level is ShardLevel.RECORD
+        channel = Channel(ChannelConfig("train"), tmp_path, tuple(paths), DataFormat.TFRECORD, shard)
+        dataset, count = readers._tfrecord_share(channel)
+        return [record.numpy() for record in dataset], count
+
+    shares = [rank_share(rank) for rank in range(4)]
+    assert [count for _, count in shares] == [len(records) for records, _ in shares] == [4, 4, 4, 4]
+    everything = [
+        f"{index}-{record}".encode() for index, count in enumerate(counts) for record in range(count)
+    ]
+    assert [record for records, _ in shares for record in records] == everything
+
+    first_file = Path(paths[0]).read_bytes()
+    Path(paths[0]).unlink()
+    monkeypatch.setattr(readers, "count_files", lambda files, concurrent_opens: counts)
+    with pytest.raises(tf.errors.NotFoundError):
+        rank_share(0)
+    assert [rank_share(rank) for rank in (2, 3)] == shares[2:]
+    Path(paths[0]).write_bytes(first_file)
+
+    data = bytearray(Path(paths[2]).read_bytes())
+    data[-1] ^= 0x01  # the last record's own CRC: "2-8", the last of rank 3's run
+    Path(paths[2]).write_bytes(bytes(data))
+    with pytest.raises(tf.errors.DataLossError):
+        rank_share(3)
+    assert [rank_share(rank) for rank in range(3)] == shares[:3]
+
+
+def test_epochs_without_a_shuffle_share_one_dataset_and_shuffled_epochs_each_have_their_own(tmp_path):
+    """Every epoch reads each record once in exact batches; unshuffled epochs from their first step are
+    one dataset (a plain script's reuse), a resumed epoch skips its done steps, and a shuffled epoch is
+    the epoch's own seeded order, the same one every time it is asked for (so a resumed run replays it)."""
+    channel = Channel(ChannelConfig("train"), tmp_path, (), DataFormat.TFRECORD, plan_shard([], 0, 1))
+    dataset = tf.data.Dataset.range(10).map(lambda value: (value, value))
+    records = readers.RankRecords(channel, dataset, 10, readers.Reader("test", "none"))
+
+    def read(batches: tf.data.Dataset) -> list[list[int]]:
+        return [labels.numpy().tolist() for _, labels in batches]
+
+    plain = readers.batches_by_epoch(records, sizes=(4, 3, 3), job_seed=7, shard_index=1, shuffle_buffer=0)
+    assert plain(1, 0) is plain(2, 0)
+    assert read(plain(3, 0)) == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert read(plain(3, 2)) == [[7, 8, 9]]
+
+    shuffled = readers.batches_by_epoch(
+        records, sizes=(4, 3, 3), job_seed=7, shard_index=1, shuffle_buffer=10
+    )
+    epochs = {epoch: read(shuffled(epoch, 0)) for epoch in (1, 2)}
+    assert [[len(batch) for batch in batches] for batches in epochs.values()] == [[4, 3, 3]] * 2
+    assert all(
+        sorted(record for batch in batches for record in batch) == list(range(10))
+        for batches in epochs.values()
+    )
+    assert epochs[1] != epochs[2]
+    assert read(shuffled(2, 0)) == epochs[2]
+    assert read(shuffled(2, 1)) == epochs[2][1:]

@@ -20,7 +20,7 @@ from sagetrain.config.channels import Channel as ChannelConfig
 from sagetrain.config.channels import InputMode, S3Distribution
 from sagetrain.contracts import RankPlace
 from sagetrain.errors import UserError
-from sagetrain.trainer.sharding import DataFile, ShardLevel, ShardPlan, plan_shard
+from sagetrain.trainer.sharding import DataFile, ShardPlan, plan_shard
 
 
 class DataFormat(Enum):
@@ -203,9 +203,3 @@ def open_channel(
     shard = plan_shard(sharding_units(spec.name, readable, data_format), index, count)
     files = tuple(unit.path for unit in shard.files)
     return Channel(declared=spec, directory=folder, files=files, data_format=data_format, shard=shard)
-
-
-def describe_shard(channel: Channel) -> str:
-    if channel.shard.level is ShardLevel.FILE:
-        return f"{len(channel.files)} files"
-    return f"every {channel.shard.record_count}th record from offset {channel.shard.record_index}"

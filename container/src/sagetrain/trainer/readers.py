@@ -22,7 +22,7 @@ import tensorflow as tf
 from sagetrain.errors import UserError
 from sagetrain.trainer.channels import Channel, DataFormat, npy_labels_path
 from sagetrain.trainer.contract import ModelModule, call_user, describe_message
-from sagetrain.trainer.sharding import ShardLevel, records_in_record_shard
+from sagetrain.trainer.sharding import ShardLevel, locate_span, record_span
 from sagetrain.trainer.tfrecord_frames import FrameError, count_files
 
 
@@ -229,10 +229,7 @@ def rank_records(
                 f"channel {channel.name!r} holds TFRecord files; define parse_record(serialized, hp) in "
                 f"{module.path.name} (returning (features, label)) or input_fn(channel, hp)."
             )
-        # One file after another: reading 16 at a time (deterministic parallel interleave) took 1.5-4.5x
-        # as long for 10,000 small local files and 3-4x for 2 large ones (docs/performance.md).
-        raw = _keep_record_shard(tf.data.TFRecordDataset(list(channel.files)), channel)
-        count = _tfrecord_count(channel)
+        raw, count = _tfrecord_share(channel)
         parse = _traced_parser(module, module.parse_record, hp, channel.name)
         reader = Reader(
             f"parse_record in {module.path.name}",
@@ -246,21 +243,35 @@ def rank_records(
     raise UserError(f"channel {channel.name!r}: no reader for its files; define input_fn(channel, hp).")
 
 
-def _tfrecord_count(channel: Channel) -> int:
-    """This rank's records of a TFRecord channel, from the files' frame headers (no second read of the
-    records before training)."""
+def _tfrecord_share(channel: Channel) -> tuple[tf.data.Dataset, int]:
+    """This rank's raw records of a TFRecord channel and how many they are, counted from the files' frame
+    headers (no second read of the records before training). A record-level shard is this rank's
+    contiguous run of all files' records: only the files holding it are read."""
+    counts = _frame_counts(channel)
+    shard = channel.shard
+    if shard.level is ShardLevel.FILE:
+        return _tfrecord_dataset(channel.files), sum(counts)
+    span = locate_span(counts, record_span(sum(counts), shard.record_index, shard.record_count))
+    files = channel.files[span.first : span.stop]
+    return _tfrecord_dataset(files).skip(span.skip).take(span.records), span.records
+
+
+def _tfrecord_dataset(files: tuple[str, ...]) -> tf.data.Dataset:
+    # One file after another: reading 16 at a time (deterministic parallel interleave) took 1.5-4.5x as
+    # long for 10,000 small local files and 3-4x for 2 large ones (docs/performance.md).
+    return tf.data.TFRecordDataset(tf.constant(files, dtype=tf.string, shape=[len(files)]))
+
+
+def _frame_counts(channel: Channel) -> tuple[int, ...]:
+    """The records of each of the channel's files, from their frame headers."""
     try:
-        total = count_files(channel.files, concurrent_opens=channel.declared.input_mode.fetched_on_open)
+        return count_files(channel.files, concurrent_opens=channel.declared.input_mode.fetched_on_open)
     except FrameError as error:
         as_tensorflow_says: tf.errors.OpError = tf.errors.DataLossError(None, None, str(error))
         raise read_error(channel, _FRAMING, as_tensorflow_says) from error
     except OSError as error:  # a file gone, unreadable, or a network file system's I/O error
         kind = _OS_ERRORS.get(type(error), tf.errors.UnknownError)
         raise read_error(channel, _FRAMING, kind(None, None, str(error))) from error
-    shard = channel.shard
-    if shard.level is ShardLevel.RECORD:
-        return records_in_record_shard(total, shard.record_index, shard.record_count)
-    return total
 
 
 def _traced_parser(
@@ -298,6 +309,28 @@ def epoch_batches(
     else:
         batches = dataset.batch(max(sizes)).rebatch(list(sizes))
     return batches.skip(skip_steps).prefetch(tf.data.AUTOTUNE)
+
+
+def batches_by_epoch(
+    records: RankRecords, *, sizes: tuple[int, ...], job_seed: int, shard_index: int, shuffle_buffer: int
+) -> Callable[[int, int], tf.data.Dataset]:
+    """``batches(epoch, skip_steps)``: that epoch's ``epoch_batches``, shuffled with the epoch's seed for
+    this shard member. Without a shuffle every epoch from its first step is the same batches, so those
+    epochs share one dataset, as a plain script iterates one dataset every epoch: a new pipeline costs
+    10-15 ms to build and start (tf.data optimises its graph anew), much of a short epoch."""
+    unshuffled = (
+        epoch_batches(records, sizes=sizes, seed=None, shuffle_buffer=0) if shuffle_buffer == 0 else None
+    )
+
+    def batches(epoch: int, skip_steps: int) -> tf.data.Dataset:
+        if unshuffled is not None and skip_steps == 0:
+            return unshuffled
+        seed = epoch_seed(job_seed, epoch, shard_index)
+        return epoch_batches(
+            records, sizes=sizes, seed=seed, shuffle_buffer=shuffle_buffer, skip_steps=skip_steps
+        )
+
+    return batches
 
 
 def evaluation_batches(records: RankRecords, batch_size: int) -> tf.data.Dataset:

@@ -47,9 +47,8 @@ from sagetrain.trainer.preparation import TEST, TRAIN, VALIDATION, Prepared, pre
 from sagetrain.trainer.progress import EpochPlace, EpochProgress
 from sagetrain.trainer.readers import (
     READ_ERRORS,
+    batches_by_epoch,
     describe_read_error,
-    epoch_batches,
-    epoch_seed,
     raised_by_input,
     read_error,
 )
@@ -355,6 +354,13 @@ class EpochRunner:
             training.prepared,
             training.shape,
         )
+        self.batches = batches_by_epoch(
+            self.prepared.train,
+            sizes=self.shape.sizes,
+            job_seed=self.settings.seed,
+            shard_index=self.job.ranks.rank,
+            shuffle_buffer=self.settings.shuffle_buffer,
+        )
         self.train_step = make_train_step(self.prepared, training.collectives)
         self.eval_step = make_eval_step(self.prepared)
         # Made here, not at import: a tensor made before Horovod's collectives pin this rank's GPU would
@@ -368,16 +374,9 @@ class EpochRunner:
     def run_steps(self, epoch: int, skip: int) -> None:
         """One epoch's steps after the first ``skip`` (a resumed epoch); raises Terminated after the step
         at which any rank asked to stop, once rank 0 has written its checkpoint."""
-        rank, steps, prepared = self.job.ranks.rank, self.shape.steps, self.prepared
-        batches = epoch_batches(
-            prepared.train,
-            sizes=self.shape.sizes,
-            seed=epoch_seed(self.settings.seed, epoch, rank),
-            shuffle_buffer=self.settings.shuffle_buffer,
-            skip_steps=skip,
-        )
+        steps, prepared = self.shape.steps, self.prepared
         reset_metrics(prepared)
-        iterator = iter(batches)
+        iterator = iter(self.batches(epoch, skip))
         progress = self._progress(epoch, skip)
         for done in range(skip + 1, steps + 1):
             if self.shape.learning_rate is not None:

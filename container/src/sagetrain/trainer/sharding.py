@@ -3,8 +3,11 @@
 The rule: every record of a channel is consumed by exactly one rank per
 epoch. With at least as many files as shard members, whole files are dealt out, balanced by size, as long
 as the deal is even: the lightest member's bytes are at least ``FILE_BALANCE_MIN_RATIO`` (80%) of the
-heaviest member's. Otherwise (fewer files than members, or an uneven deal) every member reads all files and
-keeps every ``count``-th record starting at its index.
+heaviest member's. Otherwise (fewer files than members, or an uneven deal) the shard is by record: of all
+files' records in path order, a TFRecord channel (whose records are counted from frame headers before
+reading) gives each member one contiguous run (``record_span``), so a member reads only the files that
+hold its run; other formats, which cannot be counted before they are read, have every member read all
+files and keep every ``count``-th record starting at its index.
 
 Equal steps on every rank: a synchronous step is a collective, so a rank with one batch more than the
 others would wait forever. The trainer therefore runs ``steps = ceil(min(records per rank) / batch)``
@@ -49,8 +52,8 @@ class DataFile(NamedTuple):
 class ShardPlan:
     """What one member of a shard group reads.
 
-    ``files`` are read in this order; with ``RECORD`` level the member keeps records whose position in
-    that concatenation is ``record_index`` modulo ``record_count``.
+    ``files`` are read in this order; with ``RECORD`` level the member is number ``record_index`` of
+    ``record_count`` sharing the records of that concatenation (see the module's rule).
     """
 
     level: ShardLevel
@@ -95,9 +98,43 @@ def plan_shard(files: Sequence[DataFile], index: int, count: int) -> ShardPlan:
     return ShardPlan(ShardLevel.RECORD, ordered, index, count)
 
 
-def records_in_record_shard(total: int, index: int, count: int) -> int:
-    """How many of ``total`` records member ``index`` keeps when it takes every ``count``-th one."""
-    return 0 if total <= index else (total - index - 1) // count + 1
+def record_span(total: int, index: int, count: int) -> range:
+    """The positions of member ``index``'s contiguous run of ``total`` records shared by ``count``
+    members: the runs cover every position once, in member order, and their lengths differ by at most one."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard index {index} is outside 0..{count - 1}")
+    return range(total * index // count, total * (index + 1) // count)
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """Where a run of records lies in files of known record counts: ``files[first:stop]`` hold it, after
+    the first ``skip`` records of ``files[first]``; it is ``records`` long."""
+
+    first: int
+    stop: int
+    skip: int
+    records: int
+
+
+def locate_span(records_per_file: Sequence[int], span: range) -> FileSpan:
+    """The files holding ``span`` (positions in the concatenation of files of ``records_per_file``
+    records): no file before its first record nor after its last one; empty for an empty span."""
+    if not span:
+        return FileSpan(0, 0, 0, 0)
+    first = stop = -1
+    file_start = skip = 0
+    for position, records in enumerate(records_per_file):
+        file_end = file_start + records
+        if first < 0 and span.start < file_end:
+            first, skip = position, span.start - file_start
+        if span.stop <= file_end:
+            stop = position + 1
+            break
+        file_start = file_end
+    if first < 0 or stop < 0:
+        raise ValueError(f"records {span.start}..{span.stop - 1} lie past the files' {file_start} records")
+    return FileSpan(first, stop, skip, len(span))
 
 
 def steps_per_epoch(records_per_rank: Sequence[int], batch_size: int, cap: int | None = None) -> int:

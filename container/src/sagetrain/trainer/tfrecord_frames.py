@@ -119,17 +119,17 @@ def _count_frames(header_at: Callable[[int], bytes], size: int, path: str, check
     return records
 
 
-def _count_all(paths: Sequence[str], checks: _LengthChecks) -> int:
-    return sum(count_records(path, checks) for path in paths)
+def _count_each(paths: Sequence[str], checks: _LengthChecks) -> list[int]:
+    return [count_records(path, checks) for path in paths]
 
 
-def count_files(paths: Sequence[str], concurrent_opens: bool = False) -> int:
-    """The records of all ``paths``, one file after another, or with ``concurrent_opens`` (files fetched
-    as they are opened) a few files at a time on threads; the first damaged file in path order raises its
-    ``FrameError``."""
+def count_files(paths: Sequence[str], concurrent_opens: bool = False) -> tuple[int, ...]:
+    """The records of each of ``paths``, in their order, counted one file after another, or with
+    ``concurrent_opens`` (files fetched as they are opened) a few files at a time on threads; the first
+    damaged file in path order raises its ``FrameError``."""
     checks = _LengthChecks()
     if not concurrent_opens or len(paths) <= _FILES_PER_TASK:
-        return _count_all(paths, checks)
+        return tuple(_count_each(paths, checks))
     tasks = [paths[start : start + _FILES_PER_TASK] for start in range(0, len(paths), _FILES_PER_TASK)]
     with ThreadPoolExecutor(max_workers=min(_COUNTING_THREADS, len(tasks))) as pool:
-        return sum(pool.map(_count_all, tasks, [checks] * len(tasks)))
+        return tuple(count for task in pool.map(_count_each, tasks, [checks] * len(tasks)) for count in task)
