@@ -223,12 +223,19 @@ def _readers_rate(job: JobRun, impl: str, records: int, passes: int) -> float:
     reader's time for its passes (they start them together), after checking that their shares add up to
     every record once in every pass."""
     by_reader: dict[str, list[tuple[int, float]]] = {}
-    for line in job.lines_with(f"BENCH read impl={impl} "):
-        values = field_values(line.text)
-        by_reader.setdefault(values["reader"], []).append((int(values["records"]), float(values["seconds"])))
+    # Searched in each host's log as one text, as JobRun.stamps does: two readers of a host print each
+    # pass's line at nearly the same moment, and a log line may then hold both.
+    pattern = re.compile(rf"BENCH read impl={impl} reader=(\S+) records=(\d+) seconds=(\d+(?:\.\d+)?)")
+    for host in job.hosts:
+        for reader, count, seconds in pattern.findall("\n".join(line.text for line in host.log)):
+            by_reader.setdefault(reader, []).append((int(count), float(seconds)))
     # Checked before the passes are added up: a reader that died printed fewer of them.
     if len(by_reader) != RANKS or any(len(reads) != passes for reads in by_reader.values()):
-        raise JobFailed(f"{impl}: expected {RANKS} readers x {passes} passes:\n{job.hosts[0].tail()}")
+        found = {reader: len(reads) for reader, reads in sorted(by_reader.items())}
+        raise JobFailed(
+            f"{impl}: expected {RANKS} readers x {passes} passes, found passes per reader {found}:\n"
+            + "\n".join(host.tail() for host in job.hosts)
+        )
     per_pass = [sum(reads[index][0] for reads in by_reader.values()) for index in range(passes)]
     if any(total != records for total in per_pass):
         raise JobFailed(f"{impl}: the readers read {per_pass} records per pass, not {records} (exactly once)")

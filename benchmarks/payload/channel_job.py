@@ -7,7 +7,8 @@ container and on the same channel files.
 ``slots`` (ranks per host), ``sharded`` (ShardedByS3Key: this host's files are its own, split between its
 slots; FullyReplicated: all hosts' readers split every file), ``batch``, ``passes``, ``image_shape``,
 ``start_together`` (a folder every host mounts, where the first host lets each side's readers start
-their timed passes together: start_together.py). Exits with the trainer's exit code, or 1 if a reader
+their timed passes together, and every host begin a step only once all have ended the one before:
+start_together.py). Exits with the trainer's exit code, or 1 if a reader
 failed.
 """
 
@@ -20,11 +21,11 @@ from pathlib import Path
 
 from probe import PROBE_LABEL_VAR
 from sagetrain.contracts import RankPlace
-from start_together import FOLDER_VAR, release_together
+from start_together import FOLDER_VAR, release_together, wait_for_the_others
 
 CHANNEL = Path("/opt/ml/input/data/train")
 CODE = Path(__file__).resolve().parent
-# How long the first host waits for every reader to be ready; a reader that died never is.
+# How long the first host waits for every reader (or host) to be ready; one that died never is.
 READY_TIMEOUT_S = 600.0
 
 
@@ -100,6 +101,16 @@ def run_readers(step: str, plan: dict, cluster: Cluster) -> int:
     return 1 if any(codes) else 0
 
 
+def every_host_done(step: str, plan: dict, cluster: Cluster) -> None:
+    """Return once every host has finished ``step``: a host that went on to its next step early would start
+    that step's processes beside the other host's readers still timing theirs."""
+    folder, first, others = Path(plan["start_together"]), cluster.hosts[0], cluster.hosts[1:]
+    if cluster.current == first:
+        release_together(folder, f"{step}-done", others, READY_TIMEOUT_S)
+    else:
+        wait_for_the_others(folder, f"{step}-done", cluster.current)
+
+
 def main() -> int:
     plan = json.loads(sys.argv[1])
     cluster = Cluster.read()
@@ -110,6 +121,7 @@ def main() -> int:
             print(f"BENCH trainer_exit code={trainer_code}", flush=True)
         else:
             readers_code = run_readers(step, plan, cluster) or readers_code
+        every_host_done(step, plan, cluster)
     return trainer_code or readers_code
 
 

@@ -21,7 +21,7 @@ from sagetrain.trainer.job import trainer_job
 from sagetrain.trainer.preparation import prepare
 from sagetrain.trainer.readers import batches_by_epoch
 from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
-from start_together import wait_for_the_others
+from start_together import reader_waits
 
 name, passes = sys.argv[1], int(sys.argv[2])
 job = trainer_job(os.environ)
@@ -51,7 +51,7 @@ def read_epoch(epoch: int) -> int:
 
 
 read_epoch(1)
-wait_for_the_others("input", name)
+reader_waits("input", name)
 for epoch in range(2, passes + 2):
     began = time.perf_counter()
     records = read_epoch(epoch)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tensorflow as tf
 from channel_records import first_batch_line, mark_before_listing, parse_image_record
-from start_together import wait_for_the_others
+from start_together import reader_waits
 
 channel, name, index, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 batch, passes, hp = int(sys.argv[5]), int(sys.argv[6]), {"image_shape": json.loads(sys.argv[7])}
@@ -39,7 +39,7 @@ def read_all(report_first: bool) -> int:
 
 
 read_all(report_first=True)
-wait_for_the_others("plain", name)
+reader_waits("plain", name)
 for _ in range(passes):
     began = time.perf_counter()
     records = read_all(report_first=False)

@@ -318,13 +318,14 @@ def test_malformed_first_record_is_found_before_training(tmp_path):
 
 
 def test_malformed_record_on_one_rank_mid_epoch_stops_every_rank(tmp_path):
-    # Record-level sharding over 2 ranks: record 50 (index 49) is rank 1's 25th, read in its step 7.
+    # Record-level sharding over 2 ranks: rank 1 reads records 33-64, so record 50 (index 49) is its 18th,
+    # read in its step 5 (4 records a step).
     write_tfrecord_with_malformed_record(tmp_path / "input" / "data" / "train", 64, 49, b"\xff\xfe")
     module = write_module(tmp_path, PARSE_RECORD.format(x="x", width=4))
     run = run_trainer(tmp_path, module, {"batch_size": 8, "epochs": 1, "shuffle_buffer": 0}, ranks=2)
     assert run.returncode != 0, run.stderr[-2000:]
     assert run.error(1)["message"] == (
-        "channel 'train': parse_record in bad.py cannot read its records on rank 1 at step 7 of epoch 1: "
+        "channel 'train': parse_record in bad.py cannot read its records on rank 1 at step 5 of epoch 1: "
         "TensorFlow error: Could not parse example input, value: '\\xff\\xfe'; make its feature names, types "
         "and shapes match the records."
     )

@@ -259,6 +259,7 @@ def _tfrecord_share(channel: Channel) -> tuple[tf.data.Dataset, int]:
 def _tfrecord_dataset(files: tuple[str, ...]) -> tf.data.Dataset:
     # One file after another: reading 16 at a time (deterministic parallel interleave) took 1.5-4.5x as
     # long for 10,000 small local files and 3-4x for 2 large ones (docs/performance.md).
+    # A string vector even when empty (a rank whose run holds no record), which a bare () would not be.
     return tf.data.TFRecordDataset(tf.constant(files, dtype=tf.string, shape=[len(files)]))
 
 

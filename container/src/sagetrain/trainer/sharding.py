@@ -87,7 +87,7 @@ def is_balanced(bins: Sequence[Sequence[DataFile]]) -> bool:
 
 def plan_shard(files: Sequence[DataFile], index: int, count: int) -> ShardPlan:
     """This member's share of a channel's files, for member ``index`` of ``count``: whole files when they
-    deal out evenly (see ``is_balanced``), every ``count``-th record of all files otherwise."""
+    deal out evenly (see ``is_balanced``), otherwise a share of all files' records (the module's rule)."""
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is outside 0..{count - 1}")
     ordered = tuple(sorted(files))  # by path (unique), as DataFile tuples sort
