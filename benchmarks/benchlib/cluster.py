@@ -113,6 +113,22 @@ class JobRun:
         texts = ("".join(line.text for line in host.log) for host in self.hosts)
         return [float(value) for text in texts for value in pattern.findall(text)]
 
+    def bench_fields(self, marker: str) -> list[dict[str, str]]:
+        """The ``key=value`` fields of every ``marker`` (e.g. ``BENCH read impl=plain ``) the job's hosts
+        printed, host by host, each host's in the order printed. A host's log is searched as one text:
+        processes printing at the same moment can put two ``BENCH`` lines on one log line, so a record ends
+        at the next line or the next ``BENCH``."""
+        found = []
+        for host in self.hosts:
+            text = "\n".join(line.text for line in host.log)
+            for start in re.finditer(re.escape(marker), text):
+                end = _NEXT_BENCH_LINE.search(text, start.end())
+                found.append(field_values(text[start.end() : end.start() if end else len(text)]))
+        return found
+
+
+_NEXT_BENCH_LINE = re.compile(r"\n|BENCH ")
+
 
 def field_values(text: str) -> dict[str, str]:
     """``key=value`` words of a log line (mpirun may prefix ranks' lines with tags; they are ignored)."""

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib.cluster import JobFailed, JobRun, JobSpec, LogLine, field_values, run_job
+from benchlib.cluster import JobFailed, JobRun, JobSpec, LogLine, run_job
 from benchlib.context import PAYLOAD, Context, alternating
 from benchlib.plots import Point, scaling_plot
 from benchlib.report import NO_TARGET, Row, Target, TargetKind
@@ -185,9 +185,10 @@ def _job_spec(
 
 
 def _first_batches(job: JobRun, impl: str) -> list[dict[str, str]]:
-    lines = [field_values(line.text) for line in job.lines_with(f"BENCH first_batch impl={impl} ")]
+    lines = job.bench_fields(f"BENCH first_batch impl={impl} ")
     if len(lines) != RANKS:
-        raise JobFailed(f"{impl}: {len(lines)} first-batch lines, not {RANKS}:\n{job.hosts[0].tail()}")
+        printed = "\n".join(f"    {line.text}" for line in job.lines_with("BENCH first_batch "))
+        raise JobFailed(f"{impl}: {len(lines)} first-batch lines, not {RANKS}; the job printed:\n{printed}")
     return lines
 
 
@@ -223,12 +224,8 @@ def _readers_rate(job: JobRun, impl: str, records: int, passes: int) -> float:
     reader's time for its passes (they start them together), after checking that their shares add up to
     every record once in every pass."""
     by_reader: dict[str, list[tuple[int, float]]] = {}
-    # Searched in each host's log as one text, as JobRun.stamps does: two readers of a host print each
-    # pass's line at nearly the same moment, and a log line may then hold both.
-    pattern = re.compile(rf"BENCH read impl={impl} reader=(\S+) records=(\d+) seconds=(\d+(?:\.\d+)?)")
-    for host in job.hosts:
-        for reader, count, seconds in pattern.findall("\n".join(line.text for line in host.log)):
-            by_reader.setdefault(reader, []).append((int(count), float(seconds)))
+    for values in job.bench_fields(f"BENCH read impl={impl} "):
+        by_reader.setdefault(values["reader"], []).append((int(values["records"]), float(values["seconds"])))
     # Checked before the passes are added up: a reader that died printed fewer of them.
     if len(by_reader) != RANKS or any(len(reads) != passes for reads in by_reader.values()):
         found = {reader: len(reads) for reader, reads in sorted(by_reader.items())}

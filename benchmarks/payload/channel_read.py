@@ -6,35 +6,20 @@ Hyperparameters: ``order`` ("ours,raw" or "raw,ours"), ``passes`` (timed epochs 
 Prints ``BENCH read impl=… records=… seconds=…`` per timed epoch.
 """
 
-import os
 import time
 from pathlib import Path
 
 import tensorflow as tf
 from model_module import parse_record
-from sagetrain.trainer.hyperparameters import settings_from
-from sagetrain.trainer.job import trainer_job
-from sagetrain.trainer.preparation import prepare
-from sagetrain.trainer.readers import epoch_batches, epoch_seed
-from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
+from trainer_input import trainer_input
 
-job = trainer_job(os.environ)
-hp = job.hyperparameters
-settings = settings_from(job.config.hyperparameters, job.paths.hyperparameters)
-batch = settings.per_rank_batch_size(job.ranks.size)
-prepared = prepare(job, settings, Path(__file__).with_name("model_module.py"), batch)
-steps = steps_per_epoch([prepared.train.count], batch)
-sizes = batch_sizes(prepared.train.count, steps, batch)
-files = sorted(str(path) for path in job.paths.channel_dir("train").glob("*.tfrecord"))
+trainer = trainer_input(Path(__file__).with_name("model_module.py"))
+hp, batch = trainer.hyperparameters, trainer.batch
+files = sorted(str(path) for path in trainer.train_dir.glob("*.tfrecord"))
 
 
 def ours(epoch: int) -> tf.data.Dataset:
-    return epoch_batches(
-        prepared.train,
-        sizes=sizes,
-        seed=epoch_seed(settings.seed, epoch, job.ranks.rank),
-        shuffle_buffer=settings.shuffle_buffer,
-    )
+    return trainer.batches(epoch, 0)
 
 
 def raw(_epoch: int) -> tf.data.Dataset:

@@ -11,36 +11,15 @@ epoch that warms up as the trainer's does and once every reader has (start_toget
 ``BENCH read impl=input reader=NAME records=… seconds=…`` per timed epoch.
 """
 
-import os
 import sys
 import time
 from pathlib import Path
 
-from sagetrain.trainer.hyperparameters import settings_from
-from sagetrain.trainer.job import trainer_job
-from sagetrain.trainer.preparation import prepare
-from sagetrain.trainer.readers import batches_by_epoch
-from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
 from start_together import reader_waits
+from trainer_input import trainer_input
 
 name, passes = sys.argv[1], int(sys.argv[2])
-job = trainer_job(os.environ)
-settings = settings_from(job.config.hyperparameters, job.paths.hyperparameters)
-batch = settings.per_rank_batch_size(job.ranks.size)
-prepared = prepare(job, settings, Path(__file__).with_name("channel_model.py"), batch)
-# The trainer plans from every rank's count; the figures' files all hold as many records, so every rank
-# plans the same steps from its own count alone.
-steps = steps_per_epoch([prepared.train.count], batch)
-sizes = batch_sizes(prepared.train.count, steps, batch)
-
-
-batches = batches_by_epoch(
-    prepared.train,
-    sizes=sizes,
-    job_seed=settings.seed,
-    shard_index=job.ranks.rank,
-    shuffle_buffer=settings.shuffle_buffer,
-)
+batches = trainer_input(Path(__file__).with_name("channel_model.py")).batches
 
 
 def read_epoch(epoch: int) -> int:
