@@ -8,8 +8,7 @@ container and on the same channel files.
 slots; FullyReplicated: all hosts' readers split every file), ``batch``, ``passes``, ``image_shape``,
 ``start_together`` (a folder every host mounts, where the first host lets each side's readers start
 their timed passes together, and every host begin a step only once all have ended the one before:
-start_together.py). Exits with the trainer's exit code, or 1 if a reader
-failed.
+start_together.py). Exits with the trainer's exit code, or 1 if a reader failed.
 """
 
 import json
@@ -54,6 +53,11 @@ class Cluster:
         return cls(tuple(resources["hosts"]), resources["current_host"])
 
 
+def reader_name(rank: int) -> str:
+    """The name of the reader standing for ``rank``: its lines and its place in the barrier carry it."""
+    return str(rank)
+
+
 def reader_slots(plan: dict, cluster: Cluster) -> list[ReaderSlot]:
     slots, hosts = int(plan["slots"]), len(cluster.hosts)
     first = cluster.hosts.index(cluster.current) * slots
@@ -63,7 +67,7 @@ def reader_slots(plan: dict, cluster: Cluster) -> list[ReaderSlot]:
         # ShardedByS3Key: this host's files are its own, split between its slots; FullyReplicated: every
         # reader of every host takes its share of all files.
         index, count = (slot, slots) if plan["sharded"] else (place.rank, place.size)
-        readers.append(ReaderSlot(str(place.rank), place, index, count))
+        readers.append(ReaderSlot(reader_name(place.rank), place, index, count))
     return readers
 
 
@@ -87,7 +91,7 @@ def run_readers(step: str, plan: dict, cluster: Cluster) -> int:
     reader. The first host lets all hosts' readers of the step start their timed passes together."""
     processes = [reader_process(step, plan, slot) for slot in reader_slots(plan, cluster)]
     if cluster.current == cluster.hosts[0]:
-        names = [str(rank) for rank in range(len(cluster.hosts) * int(plan["slots"]))]
+        names = [reader_name(rank) for rank in range(len(cluster.hosts) * int(plan["slots"]))]
         try:
             release_together(Path(plan["start_together"]), step, names, READY_TIMEOUT_S)
         except TimeoutError as error:
