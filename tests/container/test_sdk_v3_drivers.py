@@ -276,7 +276,9 @@ def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
         )
         assert attempt["login_exit"] == 255, attempt
         if members_only:
-            assert "Connection reset by peer" in attempt["login_output"], attempt
+            # ssh says "by peer" when the reset meets its banner exchange and "by <address> port 22" when
+            # it meets ssh's packet layer; which one is a race, and either means sshd said nothing.
+            assert "Connection reset by " in attempt["login_output"], attempt
             assert attempt["host_key"] == "", attempt  # not even sshd's banner
             assert "refused a connection from" in docker_client.logs(names["algo-2"])
         else:
