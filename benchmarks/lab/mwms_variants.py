@@ -21,6 +21,10 @@ without rebuilding the image. To make FILE from the image and a patch of contain
 
 With --collectives it times nothing: one 1-epoch MWMS job per variant prints the all-reduces TensorFlow
 traced into each function of the job (payload's ``count_collectives``).
+
+With --step-results it times one thing only, in one 2-host MWMS job (payload/step_results_bench.py):
+averaging a step's results across the workers, the image's Keras (one collective per dtype) against one
+collective per value, in alternating blocks of calls; prints the milliseconds per call of each way.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import math
 import os
 import statistics
 import tempfile
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +43,7 @@ from typing import Any
 from benchlib.cluster import JobFailed, run_job
 from benchlib.context import DATA_RECORDS, Context
 from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
-from figures.mwms_vs_horovod import HYPERPARAMETERS, job_spec, samples_per_second
+from figures.mwms_vs_horovod import ENGINES, HYPERPARAMETERS, job_spec, samples_per_second
 from localcluster.dockercli import DockerCli
 
 KERAS_TRAINER = "/opt/venv/lib/python3.11/site-packages/keras/src/backend/tensorflow/trainer.py"
@@ -55,6 +60,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no-partial": {"steps_per_epoch": STEPS_PER_EPOCH},
     "local+no-partial": {"step_results": "local", "steps_per_epoch": STEPS_PER_EPOCH},
     "packed+no-partial": {"step_results": "packed", "steps_per_epoch": STEPS_PER_EPOCH},
+    # The image's Keras before its patch 0002 packed a step's results: one collective per value.
+    "per-value-results": {"step_results": "per-value"},
+    "per-value+no-partial": {"step_results": "per-value", "steps_per_epoch": STEPS_PER_EPOCH},
     "no-agreement": {"partial_batches": False},
     "packed+no-agreement": {"step_results": "packed", "partial_batches": False},
     "no-partial-both": {"steps_per_epoch": STEPS_PER_EPOCH},
@@ -118,8 +126,29 @@ def table(pairs: list[dict[str, Any]], names: list[str]) -> str:
 def traced_collectives(ctx: Context, name: str, files: dict[str, Path]) -> str:
     spec = job_spec(ctx, "mwms", {**VARIANTS[name], "epochs": 1, "count_collectives": True}, files)
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
-    lines = [line.text for line in job.hosts[0].log if line.text.startswith("collectives=")]
-    return lines[-1].removeprefix("collectives=") if lines else f"(none printed)\n{job.hosts[0].tail()}"
+    # The launcher prefixes each line of a rank's output with the rank ("[algo-1 rank 0] ").
+    lines = [line.text for line in job.hosts[0].log if "collectives=" in line.text]
+    return lines[-1].split("collectives=", 1)[1] if lines else f"(none printed)\n{job.hosts[0].tail()}"
+
+
+def step_results_timing(ctx: Context, blocks: int) -> dict[str, Any]:
+    """Milliseconds per call of each way (payload/step_results_bench.py), every block, and the check
+    that both ways gave the same results."""
+    hyperparameters = {**ENGINES["mwms"], "blocks": blocks}
+    spec = replace(job_spec(ctx, "mwms"), program="step_results_bench.py", hyperparameters=hyperparameters)
+    job = run_job(ctx.created, spec, ctx.workdir).require_success()
+    texts = [
+        line.text.split("BENCH ", 1)[1] for line in job.hosts[0].log if "BENCH step_results" in line.text
+    ]
+    checks = [json.loads(text.split(" ", 1)[1]) for text in texts if text.startswith("step_results_check ")]
+    if len(checks) != 1 or len({json.dumps(results, sort_keys=True) for results in checks[0].values()}) != 1:
+        raise JobFailed(f"step results: the ways disagree or no check was printed: {checks}")
+    by_way: dict[str, list[float]] = {}
+    for text in texts:
+        fields = dict(field.split("=", 1) for field in text.split()[1:] if "=" in field)
+        if "way" in fields:
+            by_way.setdefault(fields["way"], []).append(float(fields["ms"]))
+    return {"ms_per_call": by_way, "results": checks[0]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--collectives", action="store_true", help="count traced all-reduces; time nothing")
     parser.add_argument("--keras-trainer", type=Path, help="a Keras TF trainer.py for the MWMS jobs")
+    parser.add_argument(
+        "--step-results", type=int, metavar="BLOCKS", help="time the step results' reduction alone"
+    )
     parser.add_argument(
         "--table", type=Path, nargs="+", help="print the table of these pair files; run nothing"
     )
@@ -159,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
         ctx = Context(docker, args.image, "unused", "unused", Path(scratch), args.pairs)
         try:
+            if args.step_results:
+                timing = step_results_timing(ctx, args.step_results)
+                args.json.write_text(json.dumps({**facts, "step_results": timing}, indent=2) + "\n")
+                for way, milliseconds in timing["ms_per_call"].items():
+                    print(f"{way}: {spread(milliseconds, 3)} ms per call ({len(milliseconds)} blocks)")
+                return 0
             if args.collectives:
                 for name in args.only:
                     print(f"{name}: {traced_collectives(ctx, name, files)}", flush=True)

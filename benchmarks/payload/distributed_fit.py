@@ -10,8 +10,10 @@ find where MultiWorkerMirroredStrategy's time goes (each absent one leaves the f
 - ``collective``, ``bytes_per_pack``, ``collective_timeout``: the strategy's CommunicationOptions;
 - ``auto_shard``: the tf.data auto-shard policy (``DATA``, the figure's, or ``FILE``);
 - ``step_results``: how each step's loss and metric results are reduced across the workers:
-  ``mean`` (the image's Keras, one collective per value), ``packed`` (one collective for them all) or
-  ``local`` (none: each worker's own values, as Horovod's `fit` has them);
+  ``mean`` (the image's Keras: one collective per dtype for them all), ``per-value`` (one collective
+  per value, the image's Keras before it packed them), ``packed`` (this payload's own packing, which
+  the image's Keras now does too) or ``local`` (none: each worker's own values, as Horovod's `fit` has
+  them);
 - ``steps_per_epoch``: the dataset repeats and every epoch is that many steps, so the distributed
   iterator makes no per-step collective to agree that every worker still has data;
 - ``partial_batches``: false turns the iterator's per-step agreement off without repeating the dataset
@@ -29,6 +31,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 from model_module import build_model, parse_record
+from step_reductions import one_collective_per_value
 
 hp = json.loads(os.environ["SM_HPS"])
 files = sorted(str(path) for path in Path(os.environ["SM_CHANNEL_TRAIN"]).glob("*.tfrecord"))
@@ -84,7 +87,12 @@ def reduce_step_results(how: str) -> None:
                 means[index] = strategy.experimental_local_results(value)[0]
         return tf.nest.pack_sequence_as(values, means)
 
-    trainer.reduce_per_replica = {"local": local, "packed": packed}[how]
+    def per_value(values: object, strategy: tf.distribute.Strategy, reduction: str) -> object:
+        if reduction != "auto":
+            return image_reduction(values, strategy, reduction)
+        return one_collective_per_value(values, strategy)
+
+    trainer.reduce_per_replica = {"local": local, "packed": packed, "per-value": per_value}[how]
 
 
 def count_collectives() -> Counter:

@@ -84,6 +84,26 @@ def test_losses_and_metrics_are_reduced_across_workers(case, reference):
     assert history["examples"] == [rows, rows]
 
 
+def test_step_results_are_means_over_replicas_in_one_all_reduce_per_dtype(case):
+    """Patch 0002: a step's loss and metrics, averaged over every replica of every worker as on one
+    worker, shapes and dtypes kept, in one collective for each dtype rather than one per value."""
+    mode, outputs, _ = case
+    for worker in outputs:
+        got = worker.record["step_results"]
+        replicas = worker.record["replicas"]
+        mean_id = (replicas - 1) / 2
+        assert got["values"] == pytest.approx(
+            {"loss": mean_id + 1, "per_class": [mean_id, 2 * mean_id, 3 * mean_id],
+             "examples": (mean_id + 1) * 10, "weight": mean_id * 4}
+        ), mode  # fmt: skip
+        assert got["dtypes"] == {
+            "loss": "float32", "per_class": "float32", "examples": "float32", "weight": "float64"
+        }, mode  # fmt: skip
+        # Multi-worker: float32 and float64, one all-reduce each. One process (MirroredStrategy)
+        # averages its replicas' local results without collectives.
+        assert got["all_reduces"] == (2 if mode == "mwms" else 0), (mode, got)
+
+
 def test_predict_returns_every_example_in_order(case, reference):
     _, outputs, _ = case
     for worker in outputs:

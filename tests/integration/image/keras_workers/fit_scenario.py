@@ -137,6 +137,44 @@ def with_policy(dataset: tf.data.Dataset, policy: tf.data.experimental.AutoShard
     return dataset.with_options(options)
 
 
+def step_results(strategy: tf.distribute.Strategy) -> dict:
+    """What Keras's reduction of a step's results (the one `fit` and `evaluate` steps call) makes of
+    values that differ by replica, in two dtypes and two shapes, and how many all-reduces tracing it
+    made (TensorFlow's multi-worker collectives all go through collective_ops.all_reduce_v2)."""
+    from keras.src.backend.tensorflow.trainer import reduce_per_replica
+    from tensorflow.python.ops import collective_ops
+
+    def results() -> dict:
+        context = tf.distribute.get_replica_context()
+        replica = tf.cast(context.replica_id_in_sync_group, "float32")
+        return {
+            "loss": replica + 1.0,
+            "per_class": tf.stack([replica, 2.0 * replica, 3.0 * replica]),
+            "examples": (replica + 1.0) * 10.0,
+            "weight": tf.cast(replica, "float64") * 4.0,
+        }
+
+    @tf.function
+    def step() -> dict:
+        return reduce_per_replica(strategy.run(results), strategy, reduction="auto")
+
+    traced: list[str] = []
+    all_reduce = collective_ops.all_reduce_v2
+
+    def counted(*args, **kwargs):
+        traced.append(str(kwargs.get("name", "")))
+        return all_reduce(*args, **kwargs)
+
+    collective_ops.all_reduce_v2 = counted
+    try:
+        reduced = step()
+    finally:
+        collective_ops.all_reduce_v2 = all_reduce
+    values = {name: np.asarray(value).tolist() for name, value in reduced.items()}
+    dtypes = {name: value.dtype.name for name, value in reduced.items()}
+    return {"all_reduces": len(traced), "values": values, "dtypes": dtypes}
+
+
 def main() -> None:
     out_dir, mode, shared, replicas = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
     keras.config.disable_traceback_filtering()
@@ -213,6 +251,8 @@ def main() -> None:
         "first_global_batch_label_sum": float(y_val[:global_batch].sum()),
         "first_replica_batch_label_sum": float(y_val[:per_replica].sum()),
     }
+
+    record["step_results"] = step_results(strategy)
 
     # TensorBoard's writers (the summaries need the tensorboard package, which the image lacks).
     board = keras.callbacks.TensorBoard(str(shared / "tensorboard"), write_graph=False)
