@@ -8,7 +8,7 @@ average at each pair's start) and writes every pair to a JSON file.
 
     python3 benchmarks/run.py lab mwms-variants --pairs 3
     python3 benchmarks/run.py lab mwms-variants --pairs 3 --only figure,local-results
-    python3 benchmarks/run.py lab mwms-variants --collectives --only figure,packed-results
+    python3 benchmarks/run.py lab mwms-variants --collectives --only figure,per-value-results
 
 With --keras-trainer FILE, every MWMS job runs FILE in place of the image's Keras TensorFlow trainer
 (`keras/src/backend/tensorflow/trainer.py`, bind-mounted read-only): a changed Keras patch measured
@@ -22,9 +22,10 @@ without rebuilding the image. To make FILE from the image and a patch of contain
 With --collectives it times nothing: one 1-epoch MWMS job per variant prints the all-reduces TensorFlow
 traced into each function of the job (payload's ``count_collectives``).
 
-With --step-results it times one thing only, in one 2-host MWMS job (payload/step_results_bench.py):
-averaging a step's results across the workers, the image's Keras (one collective per dtype) against one
-collective per value, in alternating blocks of calls; prints the milliseconds per call of each way.
+With --step-results BLOCKS it times one thing only, in one 2-host MWMS job (payload/step_results_bench.py):
+averaging a step's results across the workers, the image's Keras (one collective per dtype; with
+--keras-trainer, FILE's) against one collective per value, in BLOCKS alternating blocks of calls each;
+prints the milliseconds per call of each way and writes them to benchmarks/lab/step-results.json.
 """
 
 from __future__ import annotations
@@ -35,13 +36,12 @@ import math
 import os
 import statistics
 import tempfile
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib.cluster import JobFailed, run_job
-from benchlib.context import DATA_RECORDS, Context
+from benchlib.cluster import JobFailed, JobSpec, run_job
+from benchlib.context import DATA_RECORDS, PAYLOAD, Context
 from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
 from figures.mwms_vs_horovod import ENGINES, HYPERPARAMETERS, job_spec, samples_per_second
 from localcluster.dockercli import DockerCli
@@ -131,27 +131,29 @@ def traced_collectives(ctx: Context, name: str, files: dict[str, Path]) -> str:
     return lines[-1].split("collectives=", 1)[1] if lines else f"(none printed)\n{job.hosts[0].tail()}"
 
 
-def step_results_timing(ctx: Context, blocks: int) -> dict[str, Any]:
-    """Milliseconds per call of each way (payload/step_results_bench.py), every block, and the check
-    that both ways gave the same results."""
-    hyperparameters = {**ENGINES["mwms"], "blocks": blocks}
-    spec = replace(job_spec(ctx, "mwms"), program="step_results_bench.py", hyperparameters=hyperparameters)
+def step_results_timing(ctx: Context, blocks: int, files: dict[str, Path]) -> dict[str, Any]:
+    """Milliseconds per call of each way (payload/step_results_bench.py), every block, and each way's
+    first results, which the payload checked agree."""
+    spec = JobSpec(
+        image=ctx.image,
+        hosts=2,
+        code=PAYLOAD,
+        program="step_results_bench.py",
+        hyperparameters={**ENGINES["mwms"], "blocks": blocks},
+        files=files,
+        timeout_seconds=900,
+    )
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
-    texts = [
-        line.text.split("BENCH ", 1)[1] for line in job.hosts[0].log if "BENCH step_results" in line.text
-    ]
-    checks = [json.loads(text.split(" ", 1)[1]) for text in texts if text.startswith("step_results_check ")]
-    if len(checks) != 1 or len({json.dumps(results, sort_keys=True) for results in checks[0].values()}) != 1:
-        raise JobFailed(f"step results: the ways disagree or no check was printed: {checks}")
+    checks = job.bench_fields("BENCH step_results_check ")
+    if len(checks) != 1 or checks[0].get("agree") != "1":
+        raise JobFailed(f"step results: the ways disagree, or no single check was printed: {checks}")
     by_way: dict[str, list[float]] = {}
-    for text in texts:
-        fields = dict(field.split("=", 1) for field in text.split()[1:] if "=" in field)
-        if "way" in fields:
-            by_way.setdefault(fields["way"], []).append(float(fields["ms"]))
-    return {"ms_per_call": by_way, "results": checks[0]}
+    for fields in job.bench_fields("BENCH step_results "):
+        by_way.setdefault(fields["way"], []).append(float(fields["ms"]))
+    return {"ms_per_call": by_way, "first_results": json.loads(checks[0]["first_results"])}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="benchmarks/run.py lab mwms-variants", description=__doc__.split("\n\n")[0]
     )
@@ -160,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         "--only", type=variant_names, default=list(VARIANTS), help="variants, e.g. figure,ring"
     )
     parser.add_argument(
-        "--json", type=Path, default=Path("benchmarks/lab/mwms-variants.json"), help="pairs file"
+        "--json",
+        type=Path,
+        help="results file (default benchmarks/lab/mwms-variants.json, with --step-results "
+        "benchmarks/lab/step-results.json)",
     )
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--collectives", action="store_true", help="count traced all-reduces; time nothing")
@@ -171,29 +176,64 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--table", type=Path, nargs="+", help="print the table of these pair files; run nothing"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def run_pairs(
+    ctx: Context, names: list[str], files: dict[str, Path], facts: dict[str, object], results_file: Path
+) -> list[dict[str, object]]:
+    """Each variant's MWMS job paired with Horovod's, round by round; the pairs file rewritten after each."""
+    pairs: list[dict[str, object]] = []
+    for round_index in range(ctx.runs):
+        for index, name in enumerate(names):
+            load = os.getloadavg()[0]
+            order = ["mwms", "horovod"] if (round_index + index) % 2 == 0 else ["horovod", "mwms"]
+            extra = {"mwms": (VARIANTS[name], files), "horovod": (HOROVOD_VARIANTS.get(name, {}), {})}
+            try:
+                measured = {engine: samples_per_second(ctx, engine, *extra[engine]) for engine in order}
+            except JobFailed as error:
+                failed = str(error).strip().splitlines()[-3:]
+                pairs.append({"variant": name, "failed": failed})
+                ctx.say(f"[{name}] pair {round_index + 1} failed: {' | '.join(failed)}")
+                continue
+            pairs.append({"variant": name, "first": order[0], "load": load, **measured})
+            ratio = measured["mwms"] / measured["horovod"]
+            ctx.say(
+                f"[{name}] pair {round_index + 1}: MWMS {measured['mwms']:.0f}/s, Horovod "
+                f"{measured['horovod']:.0f}/s ({ratio:.2f}), load {load:.2f}"
+            )
+            results_file.parent.mkdir(parents=True, exist_ok=True)
+            results_file.write_text(json.dumps({**facts, "pairs": pairs}, indent=2) + "\n")
+    return pairs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
     if args.table:
         pairs_read = [pair for path in args.table for pair in json.loads(path.read_text())["pairs"]]
         print(table(pairs_read, list(dict.fromkeys(pair["variant"] for pair in pairs_read))))
         return 0
 
+    results_file = args.json or Path(
+        "benchmarks/lab/step-results.json" if args.step_results else "benchmarks/lab/mwms-variants.json"
+    )
     raise_stopped_on_signals()
     docker = DockerCli("docker")
     files = {KERAS_TRAINER: args.keras_trainer} if args.keras_trainer else {}
-    facts = {
+    facts: dict[str, object] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "image": args.image,
         "image_id": docker.image_id(args.image),
         "keras_trainer": str(args.keras_trainer or ""),
-        "variants": {name: VARIANTS[name] for name in args.only},
     }
-    pairs: list[dict[str, object]] = []
+    if not args.step_results:
+        facts["variants"] = {name: VARIANTS[name] for name in args.only}
     with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
         ctx = Context(docker, args.image, "unused", "unused", Path(scratch), args.pairs)
         try:
             if args.step_results:
-                timing = step_results_timing(ctx, args.step_results)
-                args.json.write_text(json.dumps({**facts, "step_results": timing}, indent=2) + "\n")
+                timing = step_results_timing(ctx, args.step_results, files)
+                results_file.write_text(json.dumps({**facts, "step_results": timing}, indent=2) + "\n")
                 for way, milliseconds in timing["ms_per_call"].items():
                     print(f"{way}: {spread(milliseconds, 3)} ms per call ({len(milliseconds)} blocks)")
                 return 0
@@ -201,29 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in args.only:
                     print(f"{name}: {traced_collectives(ctx, name, files)}", flush=True)
                 return 0
-            for round_index in range(args.pairs):
-                for index, name in enumerate(args.only):
-                    load = os.getloadavg()[0]
-                    order = ["mwms", "horovod"] if (round_index + index) % 2 == 0 else ["horovod", "mwms"]
-                    extra = {"mwms": (VARIANTS[name], files), "horovod": (HOROVOD_VARIANTS.get(name, {}), {})}
-                    try:
-                        measured = {
-                            engine: samples_per_second(ctx, engine, *extra[engine]) for engine in order
-                        }
-                    except JobFailed as error:
-                        failed = str(error).strip().splitlines()[-3:]
-                        pairs.append({"variant": name, "failed": failed})
-                        ctx.say(f"[{name}] pair {round_index + 1} failed: {' | '.join(failed)}")
-                        continue
-                    pair = {"variant": name, "first": order[0], "load": load, **measured}
-                    pairs.append(pair)
-                    ratio = measured["mwms"] / measured["horovod"]
-                    ctx.say(
-                        f"[{name}] pair {round_index + 1}: MWMS {measured['mwms']:.0f}/s, Horovod "
-                        f"{measured['horovod']:.0f}/s ({ratio:.2f}), load {load:.2f}"
-                    )
-                    args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps({**facts, "pairs": pairs}, indent=2) + "\n")
+            pairs = run_pairs(ctx, args.only, files, facts, results_file)
         except Stopped as stop:
             ctx.say(f"{stop} received: removing what the lab created")
             return 130

@@ -10,10 +10,9 @@ find where MultiWorkerMirroredStrategy's time goes (each absent one leaves the f
 - ``collective``, ``bytes_per_pack``, ``collective_timeout``: the strategy's CommunicationOptions;
 - ``auto_shard``: the tf.data auto-shard policy (``DATA``, the figure's, or ``FILE``);
 - ``step_results``: how each step's loss and metric results are reduced across the workers:
-  ``mean`` (the image's Keras: one collective per dtype for them all), ``per-value`` (one collective
-  per value, the image's Keras before it packed them), ``packed`` (this payload's own packing, which
-  the image's Keras now does too) or ``local`` (none: each worker's own values, as Horovod's `fit` has
-  them);
+  ``mean`` or ``packed`` (the image's Keras: one collective per dtype for them all; ``packed`` was this
+  payload's own packing before the image's Keras did it), ``per-value`` (one collective per value, the
+  image's Keras before) or ``local`` (none: each worker's own values, as Horovod's `fit` has them);
 - ``steps_per_epoch``: the dataset repeats and every epoch is that many steps, so the distributed
   iterator makes no per-step collective to agree that every worker still has data;
 - ``partial_batches``: false turns the iterator's per-step agreement off without repeating the dataset
@@ -72,27 +71,12 @@ def reduce_step_results(how: str) -> None:
     def local(values: object, strategy: tf.distribute.Strategy, reduction: str) -> object:
         return image_reduction(values, strategy, "first" if reduction == "auto" else reduction)
 
-    def packed(values: object, strategy: tf.distribute.Strategy, reduction: str) -> object:
-        leaves = tf.nest.flatten(values)
-        if reduction != "auto" or not leaves:
-            return image_reduction(values, strategy, reduction)
-        with tf.device(strategy.extended.worker_devices[0]):
-            placed = [tf.identity(leaf) for leaf in leaves]
-        means = list(placed)
-        for dtype in dict.fromkeys(leaf.dtype for leaf in placed):
-            group = [index for index, leaf in enumerate(placed) if leaf.dtype == dtype]
-            pairs = [(placed[index], placed[index].device) for index in group]
-            reduced = strategy.extended.batch_reduce_to(tf.distribute.ReduceOp.MEAN, pairs)
-            for index, value in zip(group, reduced, strict=True):
-                means[index] = strategy.experimental_local_results(value)[0]
-        return tf.nest.pack_sequence_as(values, means)
-
     def per_value(values: object, strategy: tf.distribute.Strategy, reduction: str) -> object:
         if reduction != "auto":
             return image_reduction(values, strategy, reduction)
         return one_collective_per_value(values, strategy)
 
-    trainer.reduce_per_replica = {"local": local, "packed": packed, "per-value": per_value}[how]
+    trainer.reduce_per_replica = {"local": local, "per-value": per_value}[how]
 
 
 def count_collectives() -> Counter:
@@ -123,7 +107,7 @@ if "TF_CONFIG" in os.environ:
     traced = count_collectives() if hp.get("count_collectives") else None
     if not hp.get("partial_batches", True):
         strategy.extended.experimental_enable_get_next_as_optional = False
-    if hp.get("step_results", "mean") != "mean":
+    if hp.get("step_results", "mean") not in ("mean", "packed"):
         reduce_step_results(hp["step_results"])
     options = tf.data.Options()
     policy = hp.get("auto_shard", "DATA")

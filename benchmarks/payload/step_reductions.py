@@ -9,8 +9,11 @@ def one_collective_per_value(values: object, strategy: tf.distribute.Strategy) -
     """The mean of each value across all replicas, each in its own collective."""
 
     def mean(leaf: tf.Tensor) -> tf.Tensor:
-        with tf.device(strategy.extended.worker_devices[0]):
-            placed = tf.identity(leaf)
-        return strategy.reduce(tf.distribute.ReduceOp.MEAN, placed, axis=None)
+        if not isinstance(leaf, tf.distribute.DistributedValues):
+            # One replica per worker: run() gives the value itself, maybe without the device the
+            # collectives need.
+            with tf.device(strategy.extended.worker_devices[0]):
+                leaf = tf.identity(leaf)
+        return strategy.reduce(tf.distribute.ReduceOp.MEAN, leaf, axis=None)
 
     return tf.nest.map_structure(mean, values)

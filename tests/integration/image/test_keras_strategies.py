@@ -86,19 +86,20 @@ def test_losses_and_metrics_are_reduced_across_workers(case, reference):
 
 def test_step_results_are_means_over_replicas_in_one_all_reduce_per_dtype(case):
     """Patch 0002: a step's loss and metrics, averaged over every replica of every worker as on one
-    worker, shapes and dtypes kept, in one collective for each dtype rather than one per value."""
+    worker, shapes and dtypes kept, in one collective for each dtype rather than one per value; a value
+    with no device of its own (a captured constant) included."""
     mode, outputs, _ = case
     for worker in outputs:
         got = worker.record["step_results"]
         replicas = worker.record["replicas"]
         mean_id = (replicas - 1) / 2
-        assert got["values"] == pytest.approx(
-            {"loss": mean_id + 1, "per_class": [mean_id, 2 * mean_id, 3 * mean_id],
-             "examples": (mean_id + 1) * 10, "weight": mean_id * 4}
-        ), mode  # fmt: skip
-        assert got["dtypes"] == {
-            "loss": "float32", "per_class": "float32", "examples": "float32", "weight": "float64"
-        }, mode  # fmt: skip
+        want = {"same": 0.25, "loss": mean_id + 1, "per_class": [mean_id, 2 * mean_id, 3 * mean_id],
+                "examples": (mean_id + 1) * 10, "weight": mean_id * 4}  # fmt: skip
+        assert got["values"].keys() == want.keys(), mode
+        for name, value in want.items():
+            assert np.shape(got["values"][name]) == np.shape(value), (mode, name)
+            np.testing.assert_allclose(got["values"][name], value, **TOLERANCE, err_msg=f"{mode} {name}")
+        assert got["dtypes"] == {name: "float32" for name in want} | {"weight": "float64"}, mode
         # Multi-worker: float32 and float64, one all-reduce each. One process (MirroredStrategy)
         # averages its replicas' local results without collectives.
         assert got["all_reduces"] == (2 if mode == "mwms" else 0), (mode, got)
