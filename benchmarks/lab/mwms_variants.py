@@ -127,8 +127,8 @@ def traced_collectives(ctx: Context, name: str, files: dict[str, Path]) -> str:
     spec = job_spec(ctx, "mwms", {**VARIANTS[name], "epochs": 1, "count_collectives": True}, files)
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
     # The launcher prefixes each line of a rank's output with the rank ("[algo-1 rank 0] ").
-    lines = [line.text for line in job.hosts[0].log if "collectives=" in line.text]
-    return lines[-1].split("collectives=", 1)[1] if lines else f"(none printed)\n{job.hosts[0].tail()}"
+    lines = job.hosts[0].lines_with("collectives=")
+    return lines[-1].text.split("collectives=", 1)[1] if lines else f"(none printed)\n{job.hosts[0].tail()}"
 
 
 def step_results_timing(ctx: Context, blocks: int, files: dict[str, Path]) -> dict[str, Any]:
