@@ -136,7 +136,11 @@ def write_results(
 
 # Experiments behind a figure (benchmarks/lab/), run as `run.py lab NAME [ARGS...]`: in the benchmarks'
 # environment, with benchlib and figures importable as here.
-LABS = {"mwms-variants": "lab.mwms_variants", "trainer-profile": "lab.trainer_profile"}
+LABS = {
+    "epoch-parts": "lab.epoch_parts",
+    "mwms-variants": "lab.mwms_variants",
+    "trainer-profile": "lab.trainer_profile",
+}
 
 
 def run_lab(argv: list[str]) -> int:

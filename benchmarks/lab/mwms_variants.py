@@ -35,14 +35,13 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchlib.cluster import JobFailed, JobSpec, run_job
 from benchlib.context import DATA_RECORDS, PAYLOAD, Context
-from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
+from benchlib.labrun import run_lab_work
 from figures.mwms_vs_horovod import ENGINES, HYPERPARAMETERS, job_spec, samples_per_second
 from localcluster.dockercli import DockerCli
 
@@ -217,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
     results_file = args.json or Path(
         "benchmarks/lab/step-results.json" if args.step_results else "benchmarks/lab/mwms-variants.json"
     )
-    raise_stopped_on_signals()
     docker = DockerCli("docker")
     files = {KERAS_TRAINER: args.keras_trainer} if args.keras_trainer else {}
     facts: dict[str, object] = {
@@ -228,25 +226,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.step_results:
         facts["variants"] = {name: VARIANTS[name] for name in args.only}
-    with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
-        ctx = Context(docker, args.image, "unused", "unused", Path(scratch), args.pairs)
-        try:
-            if args.step_results:
-                timing = step_results_timing(ctx, args.step_results, files)
-                results_file.write_text(json.dumps({**facts, "step_results": timing}, indent=2) + "\n")
-                for way, milliseconds in timing["ms_per_call"].items():
-                    print(f"{way}: {spread(milliseconds, 3)} ms per call ({len(milliseconds)} blocks)")
-                return 0
-            if args.collectives:
-                for name in args.only:
-                    print(f"{name}: {traced_collectives(ctx, name, files)}", flush=True)
-                return 0
-            pairs = run_pairs(ctx, args.only, files, facts, results_file)
-        except Stopped as stop:
-            ctx.say(f"{stop} received: removing what the lab created")
-            return 130
-        finally:
-            shield_cleanup()
-            ctx.created.remove_all()
-    print(table(pairs, args.only))
-    return 0
+
+    def work(ctx: Context) -> int:
+        if args.step_results:
+            timing = step_results_timing(ctx, args.step_results, files)
+            results_file.write_text(json.dumps({**facts, "step_results": timing}, indent=2) + "\n")
+            for way, milliseconds in timing["ms_per_call"].items():
+                print(f"{way}: {spread(milliseconds, 3)} ms per call ({len(milliseconds)} blocks)")
+        elif args.collectives:
+            for name in args.only:
+                print(f"{name}: {traced_collectives(ctx, name, files)}", flush=True)
+        else:
+            print(table(run_pairs(ctx, args.only, files, facts, results_file), args.only))
+        return 0
+
+    return run_lab_work(docker, args.image, args.pairs, work)

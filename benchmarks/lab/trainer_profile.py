@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from benchlib.cluster import JobSpec, field_values, run_job
 from benchlib.context import PAYLOAD, Context
-from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
+from benchlib.labrun import run_lab_work
 from figures.channel_scaling import ChannelKind, data_root
 from localcluster.dockercli import DockerCli
 
@@ -111,33 +110,26 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--env {setting!r}: give NAME=VALUE")
         env[name] = value
 
-    raise_stopped_on_signals()
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,
              "image_id": docker.image_id(args.image), "env": env}  # fmt: skip
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
-        ctx = Context(docker, args.image, "unused", "unused", Path(scratch), args.runs)
-        try:
-            root = data_root(ctx, KINDS)
-            plan = [entry for entry in PLAN if not args.column or entry[0] in args.column]
-            for column, kind, hosts in plan:
-                runs = [profile(ctx, root, kind, hosts, env) for _ in range(args.runs)]
-                results[column] = {
-                    name: {
-                        "seconds": statistics.median(run[name]["seconds"] for run in runs),
-                        "records": runs[0][name]["records"],
-                    }
-                    for name in runs[0]
+
+    def work(ctx: Context) -> int:
+        root = data_root(ctx, KINDS)
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        for column, kind, hosts in [entry for entry in PLAN if not args.column or entry[0] in args.column]:
+            runs = [profile(ctx, root, kind, hosts, env) for _ in range(args.runs)]
+            results[column] = {
+                name: {
+                    "seconds": statistics.median(run[name]["seconds"] for run in runs),
+                    "records": runs[0][name]["records"],
                 }
-                ctx.say(f"[profile] {column}: {len(results[column])} stages")
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps({**facts, "results": results}, indent=2) + "\n")
-        except Stopped as stop:
-            ctx.say(f"{stop} received: removing what the lab created")
-            return 130
-        finally:
-            shield_cleanup()
-            ctx.created.remove_all()
-    print(table(results))
-    return 0
+                for name in runs[0]
+            }
+            ctx.say(f"[profile] {column}: {len(results[column])} stages")
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({**facts, "results": results}, indent=2) + "\n")
+        print(table(results))
+        return 0
+
+    return run_lab_work(docker, args.image, args.runs, work)

@@ -31,7 +31,8 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.contracts": frozenset({"MPI_RANK_VAR", "RankPlace"}),
     # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches); and
     # the trainer's profile (payload/trainer_profile.py): each stage of a rank's epoch on its own; and
-    # figures 13 and 14's input-path readers (payload/input_path_read.py).
+    # figures 13 and 14's input-path readers (payload/input_path_read.py); and the lab's parts of a
+    # training epoch (payload/epoch_parts.py).
     "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
     "sagetrain.trainer.job": frozenset({"trainer_job"}),
     "sagetrain.trainer.preparation": frozenset({"TRAIN", "prepare"}),
@@ -41,7 +42,15 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.trainer.tfrecord_frames": frozenset({"count_files"}),
     "sagetrain.trainer.collectives": frozenset({"make_collectives"}),
     "sagetrain.trainer.loop": frozenset(
-        {"make_train_step", "model_variables", "optimizer_variables", "values_of"}
+        {
+            "local_metrics",
+            "make_train_step",
+            "mean_metrics",
+            "model_variables",
+            "optimizer_variables",
+            "reset_metrics",
+            "values_of",
+        }
     ),
     "sagetrain.trainer.checkpoints": frozenset({"CheckpointMeta", "Progress", "write_checkpoint"}),
     "sagetrain.trainer.export": frozenset({"export_model"}),

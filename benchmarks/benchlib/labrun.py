@@ -1,0 +1,31 @@
+"""How a lab (benchmarks/lab/) runs its jobs: on a Context over a scratch folder, with every container and
+network it created removed on every way out, Ctrl-C and SIGTERM included."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from localcluster.dockercli import DockerCli
+
+from benchlib.context import Context
+from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
+
+STOPPED_EXIT = 130
+
+
+def run_lab_work(docker: DockerCli, image: str, runs: int, work: Callable[[Context], int]) -> int:
+    """``work(ctx)``'s exit code, or 130 when Ctrl-C or SIGTERM stopped it; what it created is removed
+    before this returns. A lab uses no comparison image (its Context has none)."""
+    raise_stopped_on_signals()
+    with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
+        ctx = Context(docker, image, "unused", "unused", Path(scratch), runs)
+        try:
+            return work(ctx)
+        except Stopped as stop:
+            ctx.say(f"{stop} received: removing what the lab created")
+            return STOPPED_EXIT
+        finally:
+            shield_cleanup()
+            ctx.created.remove_all()

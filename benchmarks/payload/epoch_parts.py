@@ -1,0 +1,73 @@
+"""Where one of the managed trainer's epochs goes on every rank (benchmarks/lab/epoch_parts.py runs it):
+the epoch's iterator, its steps (each takes its batch inside the traced step, then the engine's one
+collective), the epoch's metrics averaged over the ranks; then the same epochs read with no step at all,
+every rank starting each one together (one collective before it), as the trainer's ranks start theirs.
+Figure 13's model (channel_model.py) and batches, no shuffle. Script mode: run by ``train``.
+
+Prints ``BENCH epoch_parts rank=R steps=S iterator_ms=… steps_ms=… metrics_ms=… epoch_ms=…
+read_alone_ms=…``: medians over the timed epochs.
+"""
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from sagetrain.trainer.collectives import make_collectives
+from sagetrain.trainer.hyperparameters import settings_from
+from sagetrain.trainer.job import trainer_job
+from sagetrain.trainer.loop import local_metrics, make_train_step, mean_metrics, reset_metrics
+from sagetrain.trainer.preparation import prepare
+from sagetrain.trainer.readers import batches_by_epoch
+from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
+
+UNTIMED_EPOCHS = 2  # the first traces the step
+TIMED_EPOCHS = 10
+
+job = trainer_job(os.environ)
+settings = settings_from(job.config.hyperparameters, job.paths.hyperparameters)
+# Before any other TensorFlow op, as the trainer makes them (the engine may configure TensorFlow's runtime).
+collectives = make_collectives(job.engine, job.ranks)
+rank = job.ranks.rank
+batch = settings.per_rank_batch_size(job.ranks.size)
+prepared = prepare(job, settings, Path(__file__).with_name("channel_model.py"), batch)
+counts = collectives.allgather_object(prepared.train.count)
+steps = steps_per_epoch(counts, batch)
+batches = batches_by_epoch(
+    prepared.train,
+    sizes=batch_sizes(prepared.train.count, steps, batch),
+    job_seed=settings.seed,
+    shard_index=rank,
+    shuffle_buffer=settings.shuffle_buffer,
+)
+train_step = make_train_step(prepared, collectives)
+keep_going = tf.constant(0.0)
+parts: dict[str, list[float]] = {"iterator": [], "steps": [], "metrics": [], "epoch": [], "read_alone": []}
+
+for epoch in range(1, UNTIMED_EPOCHS + TIMED_EPOCHS + 1):
+    began = time.perf_counter()
+    reset_metrics(prepared)
+    iterator = iter(batches(epoch, 0))
+    made = time.perf_counter()
+    for _ in range(steps):
+        float(train_step(iterator, keep_going))
+    stepped = time.perf_counter()
+    mean_metrics(collectives, {**local_metrics(prepared), "_stop": 0.0}, True)
+    ended = time.perf_counter()
+    if epoch > UNTIMED_EPOCHS:
+        parts["iterator"].append(made - began)
+        parts["steps"].append(stepped - made)
+        parts["metrics"].append(ended - stepped)
+        parts["epoch"].append(ended - began)
+
+for epoch in range(1, TIMED_EPOCHS + 1):
+    collectives.mean_over_ranks(np.zeros(1))  # every rank starts the epoch's read together
+    began = time.perf_counter()
+    for _features, _labels in batches(epoch, 0):
+        pass
+    parts["read_alone"].append(time.perf_counter() - began)
+
+medians = " ".join(f"{name}_ms={1000 * statistics.median(values):.1f}" for name, values in parts.items())
+print(f"BENCH epoch_parts rank={rank} steps={steps} {medians}", flush=True)
