@@ -12,12 +12,11 @@ from localcluster.dockercli import DockerCli
 from benchlib.context import Context
 from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
 
-STOPPED_EXIT = 130
-
 
 def run_lab_work(docker: DockerCli, image: str, runs: int, work: Callable[[Context], int]) -> int:
-    """``work(ctx)``'s exit code, or 130 when Ctrl-C or SIGTERM stopped it; what it created is removed
-    before this returns. A lab uses no comparison image (its Context has none)."""
+    """``work(ctx)``'s exit code, or 128 + the signal's number when Ctrl-C or SIGTERM stopped it (as run.py
+    exits); what it created is removed before this returns. A lab uses no comparison image (its Context
+    has none)."""
     raise_stopped_on_signals()
     with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
         ctx = Context(docker, image, "unused", "unused", Path(scratch), runs)
@@ -25,7 +24,7 @@ def run_lab_work(docker: DockerCli, image: str, runs: int, work: Callable[[Conte
             return work(ctx)
         except Stopped as stop:
             ctx.say(f"{stop} received: removing what the lab created")
-            return STOPPED_EXIT
+            return 128 + stop.signum
         finally:
             shield_cleanup()
             ctx.created.remove_all()

@@ -2,16 +2,19 @@
 epochs read without training (payload/epoch_parts.py): figure 13's channel of small files, model and
 global batch, no shuffle, 2 hosts, on the engines and ranks per host of ``--layout``. Prints one Markdown
 row per layout (the slowest rank's median milliseconds of the epoch's iterator, steps, metrics and
-whole epoch; of reading the epoch alone; and read alone ÷ epoch, which is what the records/s of training
-comes to against reading) and writes the rows as JSON.
+whole epoch, each column its own slowest rank; of reading the epoch alone; and read alone ÷ epoch, what
+the records/s of training comes to against reading), each the median of ``--runs`` jobs, and writes the
+rows as JSON.
 
-``python3 benchmarks/run.py lab epoch-parts [--files N] [--layout NAME ...] [--json PATH] [--image IMAGE]``
+``python3 benchmarks/run.py lab epoch-parts [--files N] [--layout NAME ...] [--runs N] [--json PATH]
+[--image IMAGE]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,11 +22,11 @@ from pathlib import Path
 from benchlib.cluster import JobFailed, JobSpec, run_job
 from benchlib.context import PAYLOAD, Context
 from benchlib.labrun import run_lab_work
-from figures.channel_scaling import HOSTS, data_root
+from figures.channel_scaling import HOSTS, SLOTS, data_root
 from figures.small_files import KIND
 from localcluster.dockercli import DockerCli
 
-PARTS = ("iterator_ms", "steps_ms", "metrics_ms", "epoch_ms", "read_alone_ms")
+PARTS = ("start_ms", "steps_ms", "metrics_ms", "epoch_ms", "read_alone_ms")
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,9 @@ class Layout:
 
 
 LAYOUTS = {
-    "horovod, 2 ranks per host": Layout(
-        2, {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 2}
-    ),  # figure 13's
+    "horovod, 2 ranks per host": Layout(  # figure 13's
+        SLOTS, {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": SLOTS}
+    ),
     "horovod, 1 rank per host": Layout(
         1, {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 1}
     ),
@@ -53,7 +56,6 @@ def measure(ctx: Context, channel: Path, layout: Layout) -> dict[str, float]:
         code=PAYLOAD,
         program="epoch_parts.py",
         hyperparameters={
-            "epochs": 1,
             "batch_size": KIND.batch_size,
             "shuffle_buffer": 0,
             "seed": 0,
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "--json", type=Path, default=Path("benchmarks/lab/epoch-parts.json"), help="results file"
     )
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
+    parser.add_argument("--runs", type=int, default=3, help="jobs per layout; each part's median is kept")
     args = parser.parse_args(argv)
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         channel = data_root(ctx, [KIND]) / KIND.name / str(args.files)
         results: dict[str, dict[str, float]] = {}
         for name in args.layout or list(LAYOUTS):
-            results[name] = measure(ctx, channel, LAYOUTS[name])
+            runs = [measure(ctx, channel, LAYOUTS[name]) for _ in range(args.runs)]
+            results[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
             ctx.say(f"[epoch-parts] {name}: {results[name]}")
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({**facts, "results": results}, indent=2) + "\n")
@@ -109,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
             print(row(name, parts))
         return 0
 
-    return run_lab_work(docker, args.image, 1, work)
+    return run_lab_work(docker, args.image, args.runs, work)

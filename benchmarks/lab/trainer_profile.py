@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     def work(ctx: Context) -> int:
         root = data_root(ctx, KINDS)
         results: dict[str, dict[str, dict[str, float]]] = {}
-        for column, kind, hosts in [entry for entry in PLAN if not args.column or entry[0] in args.column]:
+        plan = [entry for entry in PLAN if not args.column or entry[0] in args.column]
+        for column, kind, hosts in plan:
             runs = [profile(ctx, root, kind, hosts, env) for _ in range(args.runs)]
             results[column] = {
                 name: {

@@ -7,7 +7,7 @@ from pathlib import Path
 from sagetrain.config.job_files import write_json
 
 from localcluster.run import ClusterRun, LogPrinter
-from localcluster.spec import JobResult
+from localcluster.spec import HostState, JobResult
 
 
 def first_failure_line(tree: Path) -> str | None:
@@ -43,13 +43,21 @@ def summary_document(result: JobResult, run: ClusterRun, output: Path, workdir: 
     }
 
 
+def exit_text(facts: dict) -> str:
+    """How a host ended, from its summary facts: ``exit 143``, ``never started``, or ``exit not known``."""
+    if facts["exit_code"] is not None:
+        return f"exit {facts['exit_code']}"
+    # Started, but neither its `docker wait` nor the engine said how it ended.
+    return "never started" if facts["state"] == HostState.NEVER_STARTED.value else "exit not known"
+
+
 def report(
     result: JobResult, run: ClusterRun, output: Path, workdir: Path | None, printer: LogPrinter
 ) -> None:
     summary = summary_document(result, run, output, workdir)
     write_json(output / "cluster-summary.json", summary)
     for host, facts in summary["hosts"].items():
-        code = "never started" if facts["exit_code"] is None else f"exit {facts['exit_code']}"
+        code = exit_text(facts)
         stopped = " (stopped by local-cluster)" if facts["stopped_by_runner"] else ""
         failure = f": {facts['failure']}" if facts["failure"] and facts["exit_code"] != 0 else ""
         printer.say(f"{host}: {code}{stopped}{failure}")

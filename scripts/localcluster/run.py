@@ -237,6 +237,7 @@ class ClusterRun:
                 Deadline(stop_command_seconds(stop_timeout), f"{names} to stop", ENGINE_HINT),
                 check=False,
             )
+            self._take_exits_from_the_engine()
             exits = Deadline(
                 EXITS_AFTER_STOP_SECONDS,
                 "the engine to report the exits of the stopped hosts",
@@ -247,6 +248,18 @@ class ClusterRun:
                 self.printer.say(exits.timeout_message(", ".join(status.host for status in self._running())))
         self._await_last_lines(list(self.log_threads), LAST_LINES_SECONDS)
         self._read_exit_times()
+
+    def _take_exits_from_the_engine(self) -> None:
+        """Record the exit code the engine holds for every host still counted as running. Once `docker
+        stop` has returned, the engine knows how its containers ended; a host's `docker wait` watcher can
+        report that long after on a loaded engine (over 30 s, seen in CI)."""
+        for status in self._running():
+            state = self.docker.run(
+                ["inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", status.container],
+                check=False,
+            ).split()
+            if len(state) == 2 and state[0] == "false" and state[1].lstrip("-").isdigit():
+                status.state, status.exit_code = HostState.EXITED, int(state[1])
 
     def _collect_exits(self, deadline: Deadline) -> None:
         while self._running() and not deadline.expired():

@@ -18,6 +18,7 @@ import pytest
 from localcluster.cli import EPILOG, build_parser, main, run_spec_from_args
 from localcluster.docker import container_create_args, network_create_args
 from localcluster.dockercli import DockerCli, DockerError, answer_deadline, parse_docker_time
+from localcluster.report import exit_text
 from localcluster.run import ClusterRun, LogPrinter, SignalGate, job_verdict, wind_down_seconds
 from localcluster.sagemaker_files import (
     job_files,
@@ -539,19 +540,56 @@ echo "$@" >> "$0.log"
 """
 
 
-def test_the_runner_stops_the_other_hosts_with_the_stop_timeout(tmp_path, capsys):
+def running_algo_2(tmp_path: Path, docker_script: str) -> tuple[ClusterRun, Path]:
+    """A 2-host run whose algo-2 is running, over a fake docker CLI that logs its commands to
+    ``<docker>.log``; and that log."""
     docker = tmp_path / "docker"
-    docker.write_text(FAKE_DOCKER_LOG)
+    docker.write_text(docker_script)
     docker.chmod(0o755)
     spec = RunSpec(image="img", hosts=("algo-1", "algo-2"), job_name="j", stop_timeout_seconds=3)
     run = ClusterRun(spec, {}, DockerCli(str(docker)), LogPrinter(6, None))
     run.statuses["algo-2"].state = HostState.STARTED
+    return run, Path(f"{docker}.log")
+
+
+def test_the_runner_stops_the_other_hosts_with_the_stop_timeout(tmp_path, capsys):
+    run, commands = running_algo_2(tmp_path, FAKE_DOCKER_LOG)
     run.events.put(("algo-2", 143))  # what `docker wait` reports once the stop took effect
     run.wind_down(0.0)
-    assert "stop -t 3 j-algo-2" in Path(f"{docker}.log").read_text().splitlines()
+    assert "stop -t 3 j-algo-2" in commands.read_text().splitlines()
     assert "local-cluster: stopping algo-2 (docker stop -t 3)" in capsys.readouterr().out
     assert run.statuses["algo-2"].stopped_by_runner
     assert run.statuses["algo-2"].exit_code == 143
+
+
+FAKE_DOCKER_STOPPED = """#!/bin/sh
+# A docker CLI whose engine says every container it is asked about has exited with 143.
+echo "$@" >> "$0.log"
+case "$1" in inspect) echo "false 143" ;; esac
+"""
+
+
+def test_a_stopped_hosts_exit_comes_from_the_engine_when_its_docker_wait_has_not_reported(tmp_path):
+    run, commands = running_algo_2(tmp_path, FAKE_DOCKER_STOPPED)
+    run.wind_down(0.0)  # no `docker wait` report is queued: without the engine's answer this waits 30 s
+    given = commands.read_text().splitlines()
+    assert given.index("stop -t 3 j-algo-2") < given.index(
+        "inspect --format {{.State.Running}} {{.State.ExitCode}} j-algo-2"
+    )
+    assert (run.statuses["algo-2"].state, run.statuses["algo-2"].exit_code) == (HostState.EXITED, 143)
+
+
+@pytest.mark.parametrize(
+    ("state", "exit_code", "said"),
+    [
+        (HostState.EXITED, 143, "exit 143"),
+        (HostState.NEVER_STARTED, None, "never started"),
+        (HostState.STARTED, None, "exit not known"),
+        (HostState.EXITED, None, "exit not known"),
+    ],
+)
+def test_the_report_says_never_started_only_of_a_host_that_never_started(state, exit_code, said):
+    assert exit_text({"state": state.value, "exit_code": exit_code}) == said
 
 
 # -- SageMaker's conventions written into the trees, read back with the image's readers ------------------
