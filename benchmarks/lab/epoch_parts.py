@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--runs", type=int, default=3, help="jobs per layout; each part's median is kept")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error(f"--runs {args.runs}: give at least 1")
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,
              "image_id": docker.image_id(args.image), "files": args.files}  # fmt: skip

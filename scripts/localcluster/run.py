@@ -57,6 +57,18 @@ def first_to_pass(deadlines: Iterable[Deadline]) -> float | None:
     return None if math.isinf(soonest) else soonest
 
 
+def _ended_with(state: str) -> int | None:
+    """The exit code in ``docker inspect``'s "{{.State.Running}} {{.State.ExitCode}}" of a container that
+    has ended; None while it runs or when the answer is not that."""
+    running, _, code = state.partition(" ")
+    if running != "false":
+        return None
+    try:
+        return int(code)
+    except ValueError:
+        return None
+
+
 def job_verdict(exit_order: Sequence[tuple[str, int]]) -> tuple[str, int]:
     """SageMaker local mode's rule: the first container to exit decides the job; the others' codes
     are reported but do not change it."""
@@ -205,6 +217,8 @@ class ClusterRun:
 
     def _record(self, host: str, code: int | None) -> None:
         status = self.statuses[host]
+        if status.state is not HostState.STARTED:
+            return  # already recorded, from the engine: its watcher's report came after
         status.state = HostState.EXITED
         status.exit_code = code
         self.exit_order.append((host, code if code is not None else EXIT_DOCKER))
@@ -237,29 +251,38 @@ class ClusterRun:
                 Deadline(stop_command_seconds(stop_timeout), f"{names} to stop", ENGINE_HINT),
                 check=False,
             )
-            self._take_exits_from_the_engine()
             exits = Deadline(
                 EXITS_AFTER_STOP_SECONDS,
                 "the engine to report the exits of the stopped hosts",
                 "they are removed with docker rm --force next",
             )
+            self._take_exits_from_the_engine(exits)
             self._collect_exits(exits)
             if self._running():
                 self.printer.say(exits.timeout_message(", ".join(status.host for status in self._running())))
         self._await_last_lines(list(self.log_threads), LAST_LINES_SECONDS)
         self._read_exit_times()
 
-    def _take_exits_from_the_engine(self) -> None:
+    def _take_exits_from_the_engine(self, deadline: Deadline) -> None:
         """Record the exit code the engine holds for every host still counted as running. Once `docker
         stop` has returned, the engine knows how its containers ended; a host's `docker wait` watcher can
-        report that long after on a loaded engine (over 30 s, seen in CI)."""
-        for status in self._running():
-            state = self.docker.run(
-                ["inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", status.container],
-                check=False,
-            ).split()
-            if len(state) == 2 and state[0] == "false" and state[1].lstrip("-").isdigit():
-                status.state, status.exit_code = HostState.EXITED, int(state[1])
+        report that long after on a loaded engine (over 30 s, seen in CI). Best effort: a host the engine
+        does not answer for is left to its watcher."""
+        running = {status.container: status for status in self._running()}
+        if not running:
+            return
+        with contextlib.suppress(DockerError):
+            answer = self.docker.run(
+                ["inspect", "--format", "{{.Name}} {{.State.Running}} {{.State.ExitCode}}", *running],
+                deadline,
+                check=False,  # a container gone since is left out of the answer, the others are in it
+            )
+            for line in answer.splitlines():
+                name, _, state = line.strip().lstrip("/").partition(" ")
+                if name in running:
+                    exit_code = _ended_with(state)
+                    if exit_code is not None:
+                        running[name].state, running[name].exit_code = HostState.EXITED, exit_code
 
     def _collect_exits(self, deadline: Deadline) -> None:
         while self._running() and not deadline.expired():

@@ -540,20 +540,22 @@ echo "$@" >> "$0.log"
 """
 
 
-def running_algo_2(tmp_path: Path, docker_script: str) -> tuple[ClusterRun, Path]:
-    """A 2-host run whose algo-2 is running, over a fake docker CLI that logs its commands to
-    ``<docker>.log``; and that log."""
+def running_hosts(tmp_path: Path, docker_script: str, hosts: int = 2) -> tuple[ClusterRun, Path]:
+    """A run of ``hosts`` hosts whose all but algo-1 are running, over a fake docker CLI that logs its
+    commands to ``<docker>.log``; and that log."""
     docker = tmp_path / "docker"
     docker.write_text(docker_script)
     docker.chmod(0o755)
-    spec = RunSpec(image="img", hosts=("algo-1", "algo-2"), job_name="j", stop_timeout_seconds=3)
+    names = tuple(f"algo-{index}" for index in range(1, hosts + 1))
+    spec = RunSpec(image="img", hosts=names, job_name="j", stop_timeout_seconds=3)
     run = ClusterRun(spec, {}, DockerCli(str(docker)), LogPrinter(6, None))
-    run.statuses["algo-2"].state = HostState.STARTED
+    for host in names[1:]:
+        run.statuses[host].state = HostState.STARTED
     return run, Path(f"{docker}.log")
 
 
 def test_the_runner_stops_the_other_hosts_with_the_stop_timeout(tmp_path, capsys):
-    run, commands = running_algo_2(tmp_path, FAKE_DOCKER_LOG)
+    run, commands = running_hosts(tmp_path, FAKE_DOCKER_LOG)
     run.events.put(("algo-2", 143))  # what `docker wait` reports once the stop took effect
     run.wind_down(0.0)
     assert "stop -t 3 j-algo-2" in commands.read_text().splitlines()
@@ -562,21 +564,40 @@ def test_the_runner_stops_the_other_hosts_with_the_stop_timeout(tmp_path, capsys
     assert run.statuses["algo-2"].exit_code == 143
 
 
-FAKE_DOCKER_STOPPED = """#!/bin/sh
-# A docker CLI whose engine says every container it is asked about has exited with 143.
+# The engine after the stop: algo-2 has exited with 143, algo-3 (if asked) still runs.
+FAKE_DOCKER_AFTER_STOP = """#!/bin/sh
 echo "$@" >> "$0.log"
-case "$1" in inspect) echo "false 143" ;; esac
+if [ "$1" = inspect ]; then
+    for name in "$@"; do
+        case "$name" in
+            j-algo-2) echo "/j-algo-2 false 143" ;;
+            j-algo-3) echo "/j-algo-3 true 0" ;;
+        esac
+    done
+fi
 """
+ENGINE_QUESTION = "inspect --format {{.Name}} {{.State.Running}} {{.State.ExitCode}}"
 
 
 def test_a_stopped_hosts_exit_comes_from_the_engine_when_its_docker_wait_has_not_reported(tmp_path):
-    run, commands = running_algo_2(tmp_path, FAKE_DOCKER_STOPPED)
+    run, commands = running_hosts(tmp_path, FAKE_DOCKER_AFTER_STOP)
     run.wind_down(0.0)  # no `docker wait` report is queued: without the engine's answer this waits 30 s
     given = commands.read_text().splitlines()
-    assert given.index("stop -t 3 j-algo-2") < given.index(
-        "inspect --format {{.State.Running}} {{.State.ExitCode}} j-algo-2"
-    )
+    assert given.index("stop -t 3 j-algo-2") < given.index(f"{ENGINE_QUESTION} j-algo-2")
     assert (run.statuses["algo-2"].state, run.statuses["algo-2"].exit_code) == (HostState.EXITED, 143)
+
+
+def test_a_host_the_engine_says_still_runs_waits_for_its_watcher_whose_late_word_on_another_is_ignored(
+    tmp_path,
+):
+    run, commands = running_hosts(tmp_path, FAKE_DOCKER_AFTER_STOP, hosts=3)
+    # algo-2's watcher failed (None) after the engine had said 143; algo-3's reports once it ends.
+    run.events.put(("algo-2", None))
+    run.events.put(("algo-3", 137))
+    run.wind_down(0.0)
+    assert f"{ENGINE_QUESTION} j-algo-2 j-algo-3" in commands.read_text().splitlines()
+    assert run.statuses["algo-2"].exit_code == 143
+    assert (run.statuses["algo-3"].state, run.statuses["algo-3"].exit_code) == (HostState.EXITED, 137)
 
 
 @pytest.mark.parametrize(
