@@ -14,7 +14,6 @@ import importlib
 import json
 import os
 import platform
-import signal
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ run_in_bench_env(__file__)
 from benchlib.cluster import JobFailed  # noqa: E402 (after the launcher check)
 from benchlib.context import Context  # noqa: E402 (after the launcher check)
 from benchlib.report import Row, format_table, markdown_table, summarise, summary_document  # noqa: E402 (after the launcher check)
-from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup  # noqa: E402 (after the launcher check)
+from benchlib.stopping import until_stopped  # noqa: E402 (after the launcher check)
 from figures import FIGURES  # noqa: E402 (after the launcher check)
 from localcluster.dockercli import DockerCli, DockerError  # noqa: E402 (after the launcher check)
 
@@ -165,7 +164,6 @@ def run_figures(argv: list[str]) -> int:
         return 0
     docker = DockerCli(args.docker)
 
-    raise_stopped_on_signals()
     rows: list[Row] = []
     failures: list[str] = []
     began = time.monotonic()
@@ -173,7 +171,8 @@ def run_figures(argv: list[str]) -> int:
         ctx = Context(docker, args.image, args.aws_image, args.gpu_image, Path(scratch), args.runs,
                       rebuild_aws_image=args.rebuild_aws_image,
                       plots_dir=args.json.parent / "plots")  # fmt: skip
-        try:
+
+        def measure_figures() -> int:
             if docker.image_id(args.image) is None:
                 missing = f"benchmarks: image {args.image} does not exist; build it: scripts/build.sh cpu"
                 print(missing, file=sys.stderr)
@@ -183,23 +182,23 @@ def run_figures(argv: list[str]) -> int:
                 module = FIGURES[number]
                 ctx.say(f"figure {number}: {module.TITLE}")
                 try:
-                    rows += module.samples(ctx)
+                    rows.extend(module.samples(ctx))
                 except (JobFailed, DockerError) as error:
                     failures.append(f"figure {number}: {error}")
                     ctx.say(f"figure {number} could not be measured: {error}")
                 # After every figure: a long run stopped half-way keeps what it measured.
                 write_results(args.json, ctx, args.runs, began, rows, failures)
                 ctx.say(f"figure {number} done after {time.monotonic() - began:.0f} s")
-        except Stopped as stop:
-            ctx.say(f"{stop} received: removing what the benchmarks created")
-            return 128 + stop.signum
-        finally:
-            shield_cleanup()
+            return 0
+
+        def remove_what_was_created() -> None:
             ctx.created.remove_all()
             if args.remove_aws_image:
                 docker.run(["image", "rm", args.aws_image], check=False)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+        code = until_stopped(measure_figures, remove_what_was_created, ctx.say, "the benchmarks")
+        if code:
+            return code
     ctx.facts["load_at_end"] = load_average()
     summaries = [summarise(row) for row in rows]
     print()

@@ -10,21 +10,13 @@ from pathlib import Path
 from localcluster.dockercli import DockerCli
 
 from benchlib.context import Context
-from benchlib.stopping import Stopped, raise_stopped_on_signals, shield_cleanup
+from benchlib.stopping import until_stopped
 
 
 def run_lab_work(docker: DockerCli, image: str, runs: int, work: Callable[[Context], int]) -> int:
     """``work(ctx)``'s exit code, or 128 + the signal's number when Ctrl-C or SIGTERM stopped it (as run.py
-    exits); what it created is removed before this returns. A lab uses no comparison image (its Context
-    has none)."""
-    raise_stopped_on_signals()
+    exits: ``until_stopped``); what it created is removed before this returns. A lab uses no comparison
+    image (its Context has none)."""
     with tempfile.TemporaryDirectory(prefix="sagetrain-bench-") as scratch:
         ctx = Context(docker, image, "unused", "unused", Path(scratch), runs)
-        try:
-            return work(ctx)
-        except Stopped as stop:
-            ctx.say(f"{stop} received: removing what the lab created")
-            return 128 + stop.signum
-        finally:
-            shield_cleanup()
-            ctx.created.remove_all()
+        return until_stopped(lambda: work(ctx), ctx.created.remove_all, ctx.say, "the lab")
