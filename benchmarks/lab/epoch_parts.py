@@ -2,9 +2,9 @@
 epochs read without training (payload/epoch_parts.py): figure 13's channel of small files, model and
 global batch, no shuffle, 2 hosts, on the engines and ranks per host of ``--layout``. Prints one Markdown
 row per layout (the slowest rank's median milliseconds of the epoch's start (metrics reset, iterator),
-steps, metrics and whole epoch, each column its own slowest rank; of reading the epoch alone; and read
-alone ÷ epoch, what the records/s of training comes to against reading), each the median of ``--runs``
-jobs, and writes the rows as JSON.
+steps, metrics and whole epoch, each column its own slowest rank; of reading an epoch alone, the mean
+of as many epochs read back to back; and read alone ÷ epoch, what the records/s of training comes to
+against reading), each the median of ``--runs`` jobs, and writes the rows as JSON.
 
 ``python3 benchmarks/run.py lab epoch-parts [--files N] [--layout NAME ...] [--runs N] [--json PATH]
 [--image IMAGE]``

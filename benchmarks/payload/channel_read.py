@@ -19,7 +19,7 @@ files = sorted(str(path) for path in trainer.train_dir.glob("*.tfrecord"))
 
 
 def ours(epoch: int) -> tf.data.Dataset:
-    return trainer.batches(epoch, 0)
+    return trainer.epochs_up_to(epoch).one_epoch(epoch)
 
 
 def raw(_epoch: int) -> tf.data.Dataset:

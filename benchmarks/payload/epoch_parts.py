@@ -1,13 +1,14 @@
 """Where one of the managed trainer's epochs goes on every rank (benchmarks/lab/epoch_parts.py runs it):
-its start (the metrics reset, the epoch's iterator made), its steps (each takes its batch inside the
+its start (the metrics reset, the epoch's iterator: made for the first epoch, then continued, as the
+trainer's unshuffled epochs are one repeated pipeline), its steps (each takes its batch inside the
 traced step, then the engine's one collective), the epoch's metrics averaged over the ranks; then, in
-the same process, as many epochs read with no step at all, every rank starting each one together (one
-collective before it), as the trainer's ranks start theirs. Figure 13's model (channel_model.py) and
+the same process, as many epochs read with no step at all, back to back through one iterator after one
+collective that starts every rank together. Figure 13's model (channel_model.py) and
 batches, no shuffle, so every epoch is the same batches. The learning rate stays the module's (the
 figure sets no plan, so the trainer sets none per step either). Script mode: run by ``train``.
 
 Prints ``BENCH epoch_parts rank=R steps=S start_ms=… steps_ms=… metrics_ms=… epoch_ms=…
-read_alone_ms=…``: medians over the timed epochs.
+read_alone_ms=…``: medians over the timed epochs; the read alone, their mean.
 """
 
 import os
@@ -22,7 +23,7 @@ from sagetrain.trainer.hyperparameters import settings_from
 from sagetrain.trainer.job import trainer_job
 from sagetrain.trainer.loop import local_metrics, make_train_step, mean_metrics, reset_metrics
 from sagetrain.trainer.preparation import prepare
-from sagetrain.trainer.readers import batches_by_epoch
+from sagetrain.trainer.readers import EpochBatches
 from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
 
 UNTIMED_EPOCHS = 1  # it traces the step; figure 13 times the epochs after it too
@@ -37,13 +38,20 @@ batch = settings.per_rank_batch_size(job.ranks.size)
 prepared = prepare(job, settings, Path(__file__).with_name("channel_model.py"), batch)
 counts = collectives.allgather_object(prepared.train.count)
 steps = steps_per_epoch(counts, batch)
-batches = batches_by_epoch(
-    prepared.train,
-    sizes=batch_sizes(prepared.train.count, steps, batch),
-    job_seed=settings.seed,
-    shard_index=rank,
-    shuffle_buffer=settings.shuffle_buffer,
-)
+
+
+def epochs_up_to(last_epoch: int) -> EpochBatches:
+    return EpochBatches(
+        prepared.train,
+        sizes=batch_sizes(prepared.train.count, steps, batch),
+        job_seed=settings.seed,
+        shard_index=rank,
+        shuffle_buffer=settings.shuffle_buffer,
+        last_epoch=last_epoch,
+    )
+
+
+batches = epochs_up_to(UNTIMED_EPOCHS + TIMED_EPOCHS)
 train_step = make_train_step(prepared, collectives)
 keep_going = tf.constant(0.0)
 parts: dict[str, list[float]] = {"start": [], "steps": [], "metrics": [], "epoch": [], "read_alone": []}
@@ -51,7 +59,7 @@ parts: dict[str, list[float]] = {"start": [], "steps": [], "metrics": [], "epoch
 for epoch in range(1, UNTIMED_EPOCHS + TIMED_EPOCHS + 1):
     began = time.perf_counter()
     reset_metrics(prepared)
-    iterator = iter(batches(epoch, 0))
+    iterator = batches.iterator(epoch)
     made = time.perf_counter()
     for _ in range(steps):
         float(train_step(iterator, keep_going))
@@ -64,12 +72,16 @@ for epoch in range(1, UNTIMED_EPOCHS + TIMED_EPOCHS + 1):
         parts["metrics"].append(ended - stepped)
         parts["epoch"].append(ended - began)
 
+# Read back to back through one iterator, as the unshuffled epochs are: a pause between epochs would let
+# the prefetch read the next one untimed. So one time for all, each epoch its share.
+alone = epochs_up_to(TIMED_EPOCHS)
+collectives.mean_over_ranks(np.zeros(1))  # every rank starts reading together
+began = time.perf_counter()
 for epoch in range(1, TIMED_EPOCHS + 1):
-    collectives.mean_over_ranks(np.zeros(1))  # every rank starts the epoch's read together
-    began = time.perf_counter()
-    for _features, _labels in batches(epoch, 0):
-        pass
-    parts["read_alone"].append(time.perf_counter() - began)
+    iterator = alone.iterator(epoch)
+    for _ in range(steps):
+        next(iterator)
+parts["read_alone"].append((time.perf_counter() - began) / TIMED_EPOCHS)
 
 medians = " ".join(f"{name}_ms={1000 * statistics.median(values):.1f}" for name, values in parts.items())
 print(f"BENCH epoch_parts rank={rank} steps={steps} {medians}", flush=True)

@@ -36,7 +36,7 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
     "sagetrain.trainer.job": frozenset({"trainer_job"}),
     "sagetrain.trainer.preparation": frozenset({"TRAIN", "prepare"}),
-    "sagetrain.trainer.readers": frozenset({"batches_by_epoch", "epoch_batches", "epoch_seed"}),
+    "sagetrain.trainer.readers": frozenset({"EpochBatches", "epoch_batches", "epoch_seed"}),
     "sagetrain.trainer.sharding": frozenset({"batch_sizes", "steps_per_epoch"}),
     "sagetrain.trainer.channels": frozenset({"list_data_files", "open_channel"}),
     "sagetrain.trainer.tfrecord_frames": frozenset({"count_files"}),

@@ -155,24 +155,36 @@ def test_input_fn_returning_an_infinite_dataset(tmp_path):
     )
 
 
-def test_an_input_fn_that_yields_fewer_records_than_it_was_counted_with(tmp_path):
+@pytest.mark.parametrize(
+    ("full_passes", "shuffle_buffer", "failing_epoch"),
+    [(1, 10_000, 1), (3, 0, 2)],
+    ids=["shuffled", "unshuffled-repeated"],
+)
+def test_an_input_fn_that_yields_fewer_records_than_it_was_counted_with(
+    tmp_path, full_passes, shuffle_buffer, failing_epoch
+):
+    """Its dataset yields 12 records in its first ``full_passes`` passes (of the count, the first batch,
+    epoch 1 and epoch 2, in that order), then 6. A shuffled epoch runs out; unshuffled epochs are one
+    repeated pipeline, whose pass with fewer batches fails at the step that misses its batch. Both say
+    the same sentence."""
     data.write_npz(tmp_path / "input" / "data" / "train", 6, 1)
     body = (
         "def build_model(hp):\n    return model()\n"
         "iterations = []\n"
         "def records():\n"
         "    iterations.append(1)\n"
-        "    for _ in range(12 if len(iterations) == 1 else 6):  # counted with 12, trained with 6\n"
+        f"    for _ in range(12 if len(iterations) <= {full_passes} else 6):\n"
         "        yield [0.0] * 4, 0.0\n"
         "def input_fn(channel, hp):\n"
         "    spec = (tf.TensorSpec((4,), tf.float32), tf.TensorSpec((), tf.float32))\n"
         "    return tf.data.Dataset.from_generator(records, output_signature=spec)\n"
     )
-    run = run_trainer(tmp_path, write_module(tmp_path, body), {"batch_size": 4, "epochs": 2})
+    hyperparameters = {"batch_size": 4, "epochs": 2, "shuffle_buffer": shuffle_buffer}
+    run = run_trainer(tmp_path, write_module(tmp_path, body), hyperparameters)
     assert run.returncode == 1, run.stderr[-2000:]
     assert run.error(0)["message"] == (
-        "channel 'train' ran out of records on rank 0 at step 3 of epoch 1, though 3 steps were counted at "
-        "start; input_fn must return the same records every time it is iterated."
+        f"channel 'train' ran out of records on rank 0 at step 3 of epoch {failing_epoch}, though 3 steps "
+        "were counted at start; input_fn must return the same records every time it is iterated."
     )
 
 

@@ -31,6 +31,49 @@ def assert_every_record_once_per_epoch(
         assert seen == Counter(range(records)), f"epoch {epoch + 1}: not every record exactly once"
 
 
+def train_and_check_every_rank(
+    tmp_path: Path, engine: str, ranks: int, records: int, epochs: int, extra: dict[str, object]
+) -> list[list[list[int]]]:
+    """Train on the channel written under ``tmp_path`` with ``extra`` hyperparameters; check every record
+    once per epoch, equal steps, identical weights, metrics that are the cross-rank mean and rank 0's
+    epoch lines; each rank's steps' record ids."""
+    (tmp_path / "ids").mkdir()
+    hyperparameters = {
+        "epochs": epochs,
+        "batch_size": 4 * ranks,
+        "seed": 7,
+        "ids_dir": str(tmp_path / "ids"),
+        **extra,
+    }
+
+    run = run_trainer(tmp_path, CASES / "ids_module.py", hyperparameters, ranks=ranks, engine=engine)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    reports = [run.report(rank) for rank in range(ranks)]
+    steps = reports[0]["steps_per_epoch"]
+    per_rank_steps = [step_ids(tmp_path, rank) for rank in range(ranks)]
+    assert_every_record_once_per_epoch(per_rank_steps, steps, records, epochs)
+    assert sum(report["records"] for report in reports) == records
+    assert all(report["steps_per_epoch"] == steps for report in reports)
+
+    first = run.weights(0)
+    for rank in range(1, ranks):
+        for mine, theirs in zip(run.weights(rank), first, strict=True):
+            np.testing.assert_array_equal(mine, theirs)
+
+    for epoch_index in range(epochs):
+        locals_ = [report["epochs"][epoch_index]["local"] for report in reports]
+        mean = reports[0]["epochs"][epoch_index]["mean"]
+        for name, value in mean.items():
+            assert value == pytest.approx(np.mean([local[name] for local in locals_]), rel=1e-9)
+        assert all(report["epochs"][epoch_index]["mean"] == mean for report in reports)
+    last = run.epoch_lines()[-1]
+    assert last.startswith(f"epoch={epochs} loss={reports[0]['epochs'][-1]['mean']['loss']:.4f}")
+    assert len(run.epoch_lines()) == epochs, "only rank 0 logs, once per epoch"
+    assert "\r" not in run.stdout
+    return per_rank_steps
+
+
 @pytest.mark.parametrize(
     ("engine", "ranks", "records", "files", "writer"),
     [
@@ -52,34 +95,20 @@ def test_every_record_once_per_epoch_equal_steps_identical_weights(
     tmp_path, engine, ranks, records, files, writer
 ):
     writer(tmp_path / "input" / "data" / "train", records, files)
-    (tmp_path / "ids").mkdir()
-    hyperparameters = {"epochs": EPOCHS, "batch_size": 4 * ranks, "seed": 7, "ids_dir": str(tmp_path / "ids")}
+    train_and_check_every_rank(tmp_path, engine, ranks, records, EPOCHS, {})
 
-    run = run_trainer(tmp_path, CASES / "ids_module.py", hyperparameters, ranks=ranks, engine=engine)
 
-    assert run.returncode == 0, run.stderr[-3000:]
-    reports = [run.report(rank) for rank in range(ranks)]
-    steps = reports[0]["steps_per_epoch"]
-    per_rank_steps = [step_ids(tmp_path, rank) for rank in range(ranks)]
-    assert_every_record_once_per_epoch(per_rank_steps, steps, records, EPOCHS)
-    assert sum(report["records"] for report in reports) == records
-    assert all(report["steps_per_epoch"] == steps for report in reports)
-
-    first = run.weights(0)
-    for rank in range(1, ranks):
-        for mine, theirs in zip(run.weights(rank), first, strict=True):
-            np.testing.assert_array_equal(mine, theirs)
-
-    for epoch_index in range(EPOCHS):
-        locals_ = [report["epochs"][epoch_index]["local"] for report in reports]
-        mean = reports[0]["epochs"][epoch_index]["mean"]
-        for name, value in mean.items():
-            assert value == pytest.approx(np.mean([local[name] for local in locals_]), rel=1e-9)
-        assert all(report["epochs"][epoch_index]["mean"] == mean for report in reports)
-    last = run.epoch_lines()[-1]
-    assert last.startswith(f"epoch={EPOCHS} loss={reports[0]['epochs'][-1]['mean']['loss']:.4f}")
-    assert len(run.epoch_lines()) == EPOCHS, "only rank 0 logs, once per epoch"
-    assert "\r" not in run.stdout
+@pytest.mark.parametrize("engine", ["horovod", "multi_worker_mirrored"])
+def test_unshuffled_epochs_read_the_same_batches_every_epoch(tmp_path, engine):
+    """``shuffle_buffer`` 0: the epochs are one repeated pipeline read by one iterator; every epoch still
+    reads every record once, each rank the same batches every epoch, and the weights end identical."""
+    epochs = 3
+    data.write_tfrecord(tmp_path / "input" / "data" / "train", 61, 40)
+    per_rank_steps = train_and_check_every_rank(tmp_path, engine, 2, 61, epochs, {"shuffle_buffer": 0})
+    for rank_steps in per_rank_steps:
+        steps = len(rank_steps) // epochs
+        by_epoch = [rank_steps[epoch * steps : (epoch + 1) * steps] for epoch in range(epochs)]
+        assert by_epoch == [by_epoch[0]] * epochs
 
 
 def test_sharded_by_s3_key_splits_only_between_local_ranks(tmp_path):

@@ -3,6 +3,7 @@ the frame-header count equals the records TensorFlow reads, a cut file fails the
 TensorFlow's reader fails on it, and a record-level shard reads each rank's own run of records and no
 record past it."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -133,31 +134,104 @@ def test_a_record_level_shard_reads_each_ranks_run_once_and_nothing_outside_it(t
     assert [rank_share(rank) for rank in range(3)] == shares[:3]
 
 
-def test_epochs_without_a_shuffle_share_one_dataset_and_shuffled_epochs_each_have_their_own(tmp_path):
-    """Every epoch reads each record once in exact batches; unshuffled epochs from their first step are
-    one dataset (a plain script's reuse), a resumed epoch skips its done steps, and a shuffled epoch is
-    the epoch's own seeded order, the same one every time it is asked for (so a resumed run replays it)."""
+def test_unshuffled_epochs_are_one_iterator_and_shuffled_epochs_each_have_their_own(tmp_path):
+    """Every epoch reads each record once in exact batches. Unshuffled epochs from one begun at its first
+    step to the last are one repeated pipeline, read by one iterator (a plain script's repeated dataset),
+    ending with the last epoch; a resumed epoch skips its done steps and the next continues from a new
+    iterator. A shuffled epoch is the epoch's own seeded order, the same one every time it is asked for
+    (so a resumed run replays it)."""
     channel = Channel(ChannelConfig("train"), tmp_path, (), DataFormat.TFRECORD, plan_shard([], 0, 1))
     dataset = tf.data.Dataset.range(10).map(lambda value: (value, value))
     records = readers.RankRecords(channel, dataset, 10, readers.Reader("test", "none"))
 
-    def read(batches: tf.data.Dataset) -> list[list[int]]:
-        return [labels.numpy().tolist() for _, labels in batches]
+    def epochs(batches: readers.EpochBatches, first: int, last: int, skip: int = 0) -> list[list[list[int]]]:
+        """The labels of each epoch's batches, taken as the trainer's step takes them."""
+        taken = []
+        for epoch in range(first, last + 1):
+            iterator = batches.iterator(epoch, skip if epoch == first else 0)
+            steps = batches.steps - (skip if epoch == first else 0)
+            taken.append([next(iterator)[1].numpy().tolist() for _ in range(steps)])
+        return taken
 
-    plain = readers.batches_by_epoch(records, sizes=(4, 3, 3), job_seed=7, shard_index=1, shuffle_buffer=0)
-    assert plain(1, 0) is plain(2, 0)
-    assert read(plain(3, 0)) == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
-    assert read(plain(3, 2)) == [[7, 8, 9]]
-
-    shuffled = readers.batches_by_epoch(
-        records, sizes=(4, 3, 3), job_seed=7, shard_index=1, shuffle_buffer=10
+    plain = readers.EpochBatches(
+        records, sizes=(4, 3, 3), job_seed=7, shard_index=1, shuffle_buffer=0, last_epoch=3
     )
-    epochs = {epoch: read(shuffled(epoch, 0)) for epoch in (1, 2)}
-    assert [[len(batch) for batch in batches] for batches in epochs.values()] == [[4, 3, 3]] * 2
+    assert plain.steps == 3
+    iterators = []
+    for epoch in (1, 2, 3):
+        iterators.append(plain.iterator(epoch))
+        taken = [next(iterators[-1])[1].numpy().tolist() for _ in range(3)]
+        assert taken == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    assert iterators[1] is iterators[0] and iterators[2] is iterators[0]
+    with pytest.raises(StopIteration):  # read up to the last epoch, no further
+        next(iterators[0])
+
+    resumed = readers.EpochBatches(
+        records, sizes=(4, 3, 3), job_seed=7, shard_index=1, shuffle_buffer=0, last_epoch=3
+    )
+    assert epochs(resumed, 2, 3, skip=2) == [[[7, 8, 9]], [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]]
+    # Epoch 1 asked for after epoch 3, out of turn: a new iterator starts at its first batch.
+    assert epochs(resumed, 1, 1) == [[[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]]
+
+    shuffled = readers.EpochBatches(
+        records, sizes=(4, 3, 3), job_seed=7, shard_index=1, shuffle_buffer=10, last_epoch=3
+    )
+    first_two = epochs(shuffled, 1, 2)
+    assert [[len(batch) for batch in batches] for batches in first_two] == [[4, 3, 3]] * 2
     assert all(
-        sorted(record for batch in batches for record in batch) == list(range(10))
-        for batches in epochs.values()
+        sorted(record for batch in batches for record in batch) == list(range(10)) for batches in first_two
     )
-    assert epochs[1] != epochs[2]
-    assert read(shuffled(2, 0)) == epochs[2]
-    assert read(shuffled(2, 1)) == epochs[2][1:]
+    assert first_two[0] != first_two[1]
+    assert epochs(shuffled, 2, 2) == [first_two[1]]
+    assert epochs(shuffled, 2, 2, skip=1) == [first_two[1][1:]]
+
+
+def test_a_repeated_pass_with_fewer_batches_fails_at_the_step_that_misses_its_batch(tmp_path):
+    """Records that change between unshuffled epochs fail where a batch is missing, with an error the
+    trainer tells from a reader's (came_up_short), instead of moving batches between epochs; a user's own
+    assert_cardinality failing in the same place is not taken for it."""
+    channel = Channel(ChannelConfig("train"), tmp_path, (), DataFormat.TFRECORD, plan_shard([], 0, 1))
+    passes = []
+
+    def shrinking() -> Iterator[int]:
+        passes.append(1)
+        yield from range(10 if len(passes) == 1 else 6)
+
+    dataset = tf.data.Dataset.from_generator(shrinking, output_signature=tf.TensorSpec((), tf.int64))
+    records = readers.RankRecords(
+        channel, dataset.map(lambda value: (value, value)), 10, readers.Reader("test", "none")
+    )
+
+    def epoch_batches(records: readers.RankRecords, sizes: tuple[int, ...]) -> readers.EpochBatches:
+        return readers.EpochBatches(
+            records, sizes=sizes, job_seed=7, shard_index=1, shuffle_buffer=0, last_epoch=2
+        )
+
+    @tf.function
+    def step(iterator: object) -> tf.Tensor:
+        return next(iterator)[1]
+
+    def failure(iterator: object, good_steps: int) -> tf.errors.OpError:
+        for _ in range(good_steps):
+            step(iterator)
+        with pytest.raises(tf.errors.FailedPreconditionError) as raised:
+            step(iterator)
+        return raised.value
+
+    batches = epoch_batches(records, (4, 3, 3))
+    first = batches.iterator(1)
+    assert [step(first).numpy().tolist() for _ in range(3)] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    second = batches.iterator(2)
+    assert [step(second).numpy().tolist() for _ in range(2)] == [[0, 1, 2, 3], [4, 5]]
+    error = failure(second, 0)
+    assert batches.came_up_short(error, skip_steps=0)
+    # A resumed epoch is a pipeline of its own, which asserts nothing.
+    assert not batches.came_up_short(error, skip_steps=1)
+
+    declared = tf.data.Dataset.range(10).apply(tf.data.experimental.assert_cardinality(12))
+    says_12 = readers.RankRecords(
+        channel, declared.map(lambda value: (value, value)), 12, readers.Reader("test", "none")
+    )
+    users_error = failure(epoch_batches(says_12, (4, 4, 4)).iterator(1), 2)
+    assert "expected to contain 12 elements but contained only 10" in str(users_error)
+    assert not epoch_batches(says_12, (4, 4, 4)).came_up_short(users_error, skip_steps=0)

@@ -27,24 +27,29 @@ def hyperparameters(root: Path, **extra) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("engine", "write_train", "files"),
+    ("engine", "write_train", "files", "shuffle"),
     [
-        ("horovod", data.write_npz, 3),
-        ("multi_worker_mirrored", data.write_npz, 3),
+        ("horovod", data.write_npz, 3, {}),
+        ("multi_worker_mirrored", data.write_npz, 3, {}),
         # Several TFRecord files per rank, counted from their frame headers: a resumed epoch must skip the
         # same records in the same order.
-        ("horovod", data.write_tfrecord, 8),
+        ("horovod", data.write_tfrecord, 8, {}),
+        # Unshuffled epochs, one repeated pipeline: stopped inside it, resumed by an epoch of its own, then
+        # a new repeated pipeline for the last epoch.
+        ("horovod", data.write_tfrecord, 8, {"shuffle_buffer": 0}),
     ],
-    ids=["horovod-npz", "mwms-npz", "horovod-tfrecord"],
+    ids=["horovod-npz", "mwms-npz", "horovod-tfrecord", "horovod-tfrecord-unshuffled"],
 )
-def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engine, write_train, files):
+def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(
+    tmp_path, engine, write_train, files, shuffle
+):
     interrupted = fresh_tree(tmp_path / "interrupted", write_train, files)
     folder = interrupted / "checkpoints"
     # Rank 1 alone is signalled, during the first step of epoch 3.
     first = run_trainer(
         interrupted,
         CASES / "ids_module.py",
-        hyperparameters(interrupted, sigterm_at_step=2 * STEPS + 1, sigterm_rank=1),
+        hyperparameters(interrupted, sigterm_at_step=2 * STEPS + 1, sigterm_rank=1, **shuffle),
         ranks=RANKS,
         engine=engine,
     )
@@ -85,7 +90,11 @@ def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engi
         resume_from = resume_from.rename(folder / older_name)
 
     second = run_trainer(
-        interrupted, CASES / "ids_module.py", hyperparameters(interrupted), ranks=RANKS, engine=engine
+        interrupted,
+        CASES / "ids_module.py",
+        hyperparameters(interrupted, **shuffle),
+        ranks=RANKS,
+        engine=engine,
     )
 
     assert second.returncode == 0, second.stderr[-3000:]
@@ -102,7 +111,7 @@ def test_sigterm_checkpoints_and_restart_equals_uninterrupted_run(tmp_path, engi
 
     straight = fresh_tree(tmp_path / "straight", write_train, files)
     uninterrupted = run_trainer(
-        straight, CASES / "ids_module.py", hyperparameters(straight), ranks=RANKS, engine=engine
+        straight, CASES / "ids_module.py", hyperparameters(straight, **shuffle), ranks=RANKS, engine=engine
     )
 
     assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]

@@ -289,6 +289,22 @@ def epoch_seed(seed: int, epoch: int, shard_index: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, shard_index]).generate_state(1, dtype=np.uint32)[0])
 
 
+def _epoch_pass(
+    records: RankRecords, *, sizes: tuple[int, ...], seed: int | None, shuffle_buffer: int
+) -> tf.data.Dataset:
+    """One pass over this rank's records as ``len(sizes)`` batches of exactly ``sizes`` (after a seeded
+    shuffle): ``rebatch`` with a list of sizes cuts batches of those sizes in turn."""
+    dataset = records.dataset
+    if seed is not None and shuffle_buffer > 0:
+        dataset = dataset.shuffle(
+            min(shuffle_buffer, records.count), seed=seed, reshuffle_each_iteration=False
+        )
+    dataset = dataset.take(int(sum(sizes)))
+    if len(set(sizes)) == 1:
+        return dataset.batch(sizes[0])
+    return dataset.batch(max(sizes)).rebatch(list(sizes))
+
+
 def epoch_batches(
     records: RankRecords,
     *,
@@ -298,40 +314,86 @@ def epoch_batches(
     skip_steps: int = 0,
 ) -> tf.data.Dataset:
     """One epoch of this rank's records as ``len(sizes)`` batches of exactly ``sizes``, in one pass
-    (after a seeded shuffle): ``rebatch`` with a list of sizes cuts batches of those sizes in turn."""
-    dataset = records.dataset
-    if seed is not None and shuffle_buffer > 0:
-        dataset = dataset.shuffle(
-            min(shuffle_buffer, records.count), seed=seed, reshuffle_each_iteration=False
-        )
-    dataset = dataset.take(int(sum(sizes)))
-    if len(set(sizes)) == 1:
-        batches = dataset.batch(sizes[0])
-    else:
-        batches = dataset.batch(max(sizes)).rebatch(list(sizes))
+    (after a seeded shuffle), from step ``skip_steps``, prefetched."""
+    batches = _epoch_pass(records, sizes=sizes, seed=seed, shuffle_buffer=shuffle_buffer)
     return batches.skip(skip_steps).prefetch(tf.data.AUTOTUNE)
 
 
-def batches_by_epoch(
-    records: RankRecords, *, sizes: tuple[int, ...], job_seed: int, shard_index: int, shuffle_buffer: int
-) -> Callable[[int, int], tf.data.Dataset]:
-    """``batches(epoch, skip_steps)``: that epoch's ``epoch_batches``, shuffled with the epoch's seed for
-    this shard member. Without a shuffle every epoch from its first step is the same batches, so those
-    epochs share one dataset, as a plain script iterates one dataset every epoch: a new pipeline costs
-    10-15 ms to build and start (tf.data optimises its graph anew), much of a short epoch."""
-    unshuffled = (
-        epoch_batches(records, sizes=sizes, seed=None, shuffle_buffer=0) if shuffle_buffer == 0 else None
-    )
+class EpochBatches:
+    """This rank's training batches epoch by epoch, as iterators the traced step takes them from; the
+    caller takes every batch of an epoch (``steps``) before asking for the next epoch's.
 
-    def batches(epoch: int, skip_steps: int) -> tf.data.Dataset:
-        if unshuffled is not None and skip_steps == 0:
-            return unshuffled
-        seed = epoch_seed(job_seed, epoch, shard_index)
-        return epoch_batches(
-            records, sizes=sizes, seed=seed, shuffle_buffer=shuffle_buffer, skip_steps=skip_steps
+    A shuffled epoch is its own pipeline, in the order of the epoch's seed for this shard member, so a
+    resumed run replays it. Without a shuffle every epoch is the same batches: the epochs from one begun
+    at its first step to ``last_epoch`` are one pipeline repeated, read by one iterator, as a plain
+    script's repeated dataset is. The epochs after the first then start no iterator of their own, which
+    took a third or more of a one-step epoch on Horovod, and the next epoch's first batches are read
+    while this one ends (its metrics, validation and checkpoint). Each pass must hold the epoch's number
+    of batches, so records that change between passes fail at the step that misses its batch
+    (``came_up_short``) instead of moving batches between epochs."""
+
+    def __init__(
+        self,
+        records: RankRecords,
+        *,
+        sizes: tuple[int, ...],
+        job_seed: int,
+        shard_index: int,
+        shuffle_buffer: int,
+        last_epoch: int,
+    ) -> None:
+        self._records, self._sizes, self._shuffle_buffer = records, sizes, shuffle_buffer
+        self._job_seed, self._shard_index, self._last_epoch = job_seed, shard_index, last_epoch
+        # The next epoch the repeated pipeline's iterator is at the start of, and that iterator.
+        self._repeating: tuple[int, Iterator[Any]] | None = None
+        # What tf.data's assert_cardinality says of a repeated pass with fewer batches than an epoch's.
+        self._short_pass = re.compile(
+            rf"Input dataset was expected to contain {self.steps} elements? but contained only"
         )
 
-    return batches
+    @property
+    def steps(self) -> int:
+        return len(self._sizes)
+
+    def _repeats(self, skip_steps: int) -> bool:
+        return self._shuffle_buffer == 0 and skip_steps == 0
+
+    def iterator(self, epoch: int, skip_steps: int = 0) -> Iterator[Any]:
+        """The iterator of ``epoch``'s batches from step ``skip_steps``."""
+        if epoch > self._last_epoch:
+            raise ValueError(f"epoch {epoch} is after the last epoch, {self._last_epoch}")
+        if not self._repeats(skip_steps):
+            return iter(self.one_epoch(epoch, skip_steps))
+        if self._repeating is None or self._repeating[0] != epoch:
+            repeated = _epoch_pass(self._records, sizes=self._sizes, seed=None, shuffle_buffer=0)
+            repeated = repeated.apply(tf.data.experimental.assert_cardinality(self.steps))
+            passes = self._last_epoch - epoch + 1
+            self._repeating = (epoch, iter(repeated.repeat(passes).prefetch(tf.data.AUTOTUNE)))
+        iterator = self._repeating[1]
+        self._repeating = (epoch + 1, iterator)
+        return iterator
+
+    def came_up_short(self, error: BaseException, skip_steps: int) -> bool:
+        """Whether a traced step's failure, in an epoch begun at step ``skip_steps``, is its repeated
+        pipeline finding a pass with fewer batches than an epoch's: the records changed between passes.
+        (A user's own assert_cardinality names the records it expected, not this pass's batches.)"""
+        return (
+            self._repeats(skip_steps)
+            and isinstance(error, tf.errors.FailedPreconditionError)
+            and raised_by_input(error)
+            and self._short_pass.search(str(error)) is not None
+        )
+
+    def one_epoch(self, epoch: int, skip_steps: int = 0) -> tf.data.Dataset:
+        """``epoch``'s batches alone as a dataset, from step ``skip_steps``."""
+        seed = epoch_seed(self._job_seed, epoch, self._shard_index) if self._shuffle_buffer > 0 else None
+        return epoch_batches(
+            self._records,
+            sizes=self._sizes,
+            seed=seed,
+            shuffle_buffer=self._shuffle_buffer,
+            skip_steps=skip_steps,
+        )
 
 
 def evaluation_batches(records: RankRecords, batch_size: int) -> tf.data.Dataset:

@@ -47,7 +47,7 @@ from sagetrain.trainer.preparation import TEST, TRAIN, VALIDATION, Prepared, pre
 from sagetrain.trainer.progress import EpochPlace, EpochProgress
 from sagetrain.trainer.readers import (
     READ_ERRORS,
-    batches_by_epoch,
+    EpochBatches,
     describe_read_error,
     raised_by_input,
     read_error,
@@ -354,12 +354,13 @@ class EpochRunner:
             training.prepared,
             training.shape,
         )
-        self.batches = batches_by_epoch(
+        self.batches = EpochBatches(
             self.prepared.train,
             sizes=self.shape.sizes,
             job_seed=self.settings.seed,
             shard_index=self.job.ranks.rank,
             shuffle_buffer=self.settings.shuffle_buffer,
+            last_epoch=self.settings.epochs,
         )
         self.train_step = make_train_step(self.prepared, training.collectives)
         self.eval_step = make_eval_step(self.prepared)
@@ -376,12 +377,12 @@ class EpochRunner:
         at which any rank asked to stop, once rank 0 has written its checkpoint."""
         steps, prepared = self.shape.steps, self.prepared
         reset_metrics(prepared)
-        iterator = iter(self.batches(epoch, skip))
+        iterator = self.batches.iterator(epoch, skip)
         progress = self._progress(epoch, skip)
         for done in range(skip + 1, steps + 1):
             if self.shape.learning_rate is not None:
                 set_learning_rate(prepared, self.shape.learning_rate.at((epoch - 1) * steps + done - 1))
-            if float(self._step(iterator, epoch, done)) > 0:
+            if float(self._step(iterator, epoch, skip, done)) > 0:
                 raise self.training.stopped(ckpt.Progress.after_step(epoch, done, steps))
             if progress is not None and (line := progress.after_step(done)) is not None:
                 self.job.notes.info(line)
@@ -392,23 +393,28 @@ class EpochRunner:
         place = EpochPlace(epoch, self.settings.epochs, self.shape.steps)
         return EpochProgress(place, self.shape.samples_through, skip, time.monotonic)
 
-    def _step(self, iterator: Any, epoch: int, done: int) -> tf.Tensor:
+    def _step(self, iterator: Any, epoch: int, skip: int, done: int) -> tf.Tensor:
         rank = self.job.ranks.rank
         try:
             return self.train_step(iterator, self.stop_flags[self.stop.requested])
         except tf.errors.OutOfRangeError:
-            raise UserError(
-                f"channel 'train' ran out of records on rank {rank} at step {done} of epoch "
-                f"{epoch}, though {self.shape.steps} steps were counted at start; input_fn must return the "
-                f"same records every time it is iterated."
-            ) from None
+            raise self._records_changed(epoch, done) from None
         except READ_ERRORS as error:
+            if self.batches.came_up_short(error, skip):
+                raise self._records_changed(epoch, done) from None
             # Before training only the first batch went through parse_record (the count reads no
             # record) or through an input_fn whose dataset knows its length, so a record they
             # cannot read can still fail here.
             raise _step_error(
                 self.prepared, error, f" on rank {rank} at step {done} of epoch {epoch}"
             ) from error
+
+    def _records_changed(self, epoch: int, done: int) -> UserError:
+        return UserError(
+            f"channel 'train' ran out of records on rank {self.job.ranks.rank} at step {done} of epoch "
+            f"{epoch}, though {self.shape.steps} steps were counted at start; input_fn must return the "
+            f"same records every time it is iterated."
+        )
 
     def finish_epoch(self, epoch: int) -> dict[str, float]:
         """Average and log the epoch's metrics, evaluate, checkpoint; the metrics (mean over ranks)."""
