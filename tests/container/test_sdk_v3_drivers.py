@@ -15,7 +15,9 @@ internal network, resourceconfig.json naming the interface SDK v3 local mode nam
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -228,6 +230,18 @@ def wait_for_line(docker_client, container: str, text: bytes) -> None:
     )
 
 
+def let_go(container: str, fifo: Path) -> None:
+    """Let ``container``, reading ``fifo`` in its script, go on; fail if nothing reads it any more."""
+    try:
+        descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno != errno.ENXIO:
+            raise
+        pytest.fail(f"{container} no longer waits on {fifo.name}: it ended")
+    with os.fdopen(descriptor, "w") as writer:
+        writer.write("go\n")
+
+
 def outsider(docker_client, image, network, tree: Path, args: list[str]) -> dict:
     """cases/attacker/attack.py, knowing the job's configuration files (not its channels' data)."""
     result = run_in_image(
@@ -254,6 +268,8 @@ def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
         write_host(tmp_path / host, host, sdk, True, hyperparameters, {}, secret=SECRET)
     names = {host: f"sagetrain-test-ssh-{uuid.uuid4().hex[:8]}-{host}" for host in HOSTS}
     login = "ssh -o BatchMode=yes -o ConnectionAttempts=60 algo-2 echo logged-in-as-member"
+    go = tmp_path / "algo-2" / "input" / "go"
+    os.mkfifo(go)
     try:
         start_container(
             docker_client, cpu_image, internal_network, names["algo-1"], "algo-1", tmp_path / "algo-1",
@@ -262,13 +278,18 @@ def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
             f'python -c "{EXCHANGE}" && {login} && exec sleep {CONTAINER_SECONDS}',
         )  # fmt: skip
         wait_for_line(docker_client, names["algo-1"], b"waiting for algo-2 to send its ssh keys")
+        # algo-2 holds its address from before the outsider starts until the end: started after the
+        # outsider ended, it could take the outsider's address, and a refusal of the outsider's that the
+        # master reads late would then be algo-2's (the claim rests on the address, see server.py).
+        start_container(
+            docker_client, cpu_image, internal_network, names["algo-2"], "algo-2", tmp_path / "algo-2",
+            f'echo waiting-to-exchange && read -r _ < /opt/ml/input/go && python -c "{EXCHANGE_THEN_SSHD}"',
+        )  # fmt: skip
+        wait_for_line(docker_client, names["algo-2"], b"waiting-to-exchange")
         knows_all = ["guess", "--names", "job-a"]  # the job's name too
         guessed = outsider(docker_client, cpu_image, internal_network, tmp_path / "algo-2", knows_all)
         assert guessed["join"] == ["wrong"], guessed
-        start_container(
-            docker_client, cpu_image, internal_network, names["algo-2"], "algo-2", tmp_path / "algo-2",
-            f'python -c "{EXCHANGE_THEN_SSHD}"',
-        )  # fmt: skip
+        let_go(names["algo-2"], go)
         wait_for_line(docker_client, names["algo-1"], b"logged-in-as-member")
         logs = {host: docker_client.logs(name) for host, name in names.items()}
         attempt = outsider(

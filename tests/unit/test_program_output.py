@@ -7,7 +7,7 @@ import os
 import threading
 
 import pytest
-from sagetrain.contracts import RankPlace
+from sagetrain.contracts import TF_LOG_LEVEL_VAR, RankPlace, tf_info_records_off
 from sagetrain.launch.rank_output import LAST_LINES, RankOutput, ending_with_last_error, rank_tag
 from sagetrain.report.program_output import ShutdownNoise, is_noise, last_exception, plain
 
@@ -214,6 +214,41 @@ def test_the_copy_leaves_out_absls_header_and_keeps_the_record_after_it():
     output.finish(0)
     # Only a whole line is left out: the same text inside a line the program wrote is its own.
     assert stderr.getvalue() == b"[r] " + record + b"[r] x" + preamble
+
+
+ONEDNN_RECORD = (
+    b"I0000 00:00:1795847220.684623      24 port.cc:153] oneDNN custom operations are on. You may see "
+    b"slightly different numerical results due to floating-point round-off errors.\n"
+)
+
+
+@pytest.mark.parametrize("info_records_off", [True, False])
+def test_the_copy_leaves_out_info_records_when_the_log_level_does(info_records_off):
+    """TensorFlow 2.21 logs oneDNN's INFO record before it applies TF_CPP_MIN_LOG_LEVEL (on CPUs where
+    oneDNN is on by default), so the copy leaves it out when the job's level says so; warnings stay."""
+    preamble = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    warning = (
+        b"W0000 00:00:1.5 31 dataset.cc:997] Input of GeneratorDatasetOp::Dataset will not be optimized\n"
+    )
+    stderr = io.BytesIO()
+    output = RankOutput(
+        (pipe_with(b""), io.BytesIO()),
+        (pipe_with(preamble + ONEDNN_RECORD + warning + b"x" + ONEDNN_RECORD), stderr),
+        "[r] ",
+        info_records_off=info_records_off,
+    )
+    output.finish(0)
+    shown = b"" if info_records_off else b"[r] " + ONEDNN_RECORD
+    # A record inside a line the program wrote is the program's own text.
+    assert stderr.getvalue() == shown + b"[r] " + warning + b"[r] x" + ONEDNN_RECORD
+
+
+@pytest.mark.parametrize(
+    ("level", "off"), [(None, False), ("0", False), ("1", True), ("3", True), ("quiet", False), ("", False)]
+)
+def test_info_records_are_off_from_tensorflow_log_level_1(level, off):
+    environ = {} if level is None else {TF_LOG_LEVEL_VAR: level}
+    assert tf_info_records_off(environ) is off
 
 
 @pytest.mark.parametrize(

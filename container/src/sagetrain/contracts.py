@@ -39,6 +39,17 @@ TRAINER_REPORT_DIR_VAR = "SAGETRAIN_TRAINER_REPORT_DIR"
 # environment sets it: TensorFlow's start-up lines (INFO records) on every rank bury what a job prints.
 TF_LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
 QUIET_TF_LOG_LEVEL = "1"  # INFO records left out; warnings and errors kept
+
+
+def tf_info_records_off(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ``'s TensorFlow log level leaves INFO records out: 1 or more (unset, or not a
+    whole number, keeps them)."""
+    try:
+        return int(environ.get(TF_LOG_LEVEL_VAR, "0")) >= 1
+    except ValueError:
+        return False
+
+
 # Set in the image; the test suite collects its in-image tests only where it is "1".
 IN_IMAGE_VAR = "SAGETRAIN_IN_IMAGE"
 

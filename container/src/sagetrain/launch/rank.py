@@ -128,6 +128,7 @@ def run_rank(argv: list[str], environ: Mapping[str, str]) -> int:
         (program.popen.stdout, sys.stdout.buffer),
         (program.popen.stderr, sys.stderr.buffer),
         rank_tag(setup.host, setup.place),
+        info_records_off=contracts.tf_info_records_off(setup.env),
     )
     try:
         code = program.wait_for_exit()

@@ -16,6 +16,7 @@ from sagetrain.contracts import RankPlace
 from sagetrain.report.program_output import (
     RaisedException,
     ShutdownNoise,
+    is_info_record,
     is_log_preamble,
     last_exception,
     plain,
@@ -70,12 +71,20 @@ def ending_with_last_error(said: list[str], errors: list[str]) -> list[str]:
 
 class RankOutput:
     """Copies ``streams`` ((source, sink) pairs: the program's stdout and stderr, then ours) on threads
-    of their own; ``finish`` once the program has exited."""
+    of their own; ``finish`` once the program has exited. With ``info_records_off`` (the job's
+    TensorFlow log level leaves INFO records out), TensorFlow's C++ INFO records are left out too: those
+    it logs before it applies that level (oneDNN's, on CPUs where it is on by default) would otherwise
+    be printed on every rank."""
 
     def __init__(
-        self, stdout: tuple[IO[bytes] | None, IO[bytes]], stderr: tuple[IO[bytes] | None, IO[bytes]], tag: str
+        self,
+        stdout: tuple[IO[bytes] | None, IO[bytes]],
+        stderr: tuple[IO[bytes] | None, IO[bytes]],
+        tag: str,
+        info_records_off: bool = False,
     ) -> None:
         self._tag = tag.encode()
+        self._info_records_off = info_records_off
         self._lock = threading.Lock()
         self._lines: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
         self._stderr_lines: collections.deque[str] = collections.deque(maxlen=KEPT_STDERR_LINES)
@@ -95,8 +104,8 @@ class RankOutput:
         for chunk in iter(lambda: source.readline(READ_CHUNK_BYTES), b""):
             text = plain(chunk.decode("utf-8", "replace"))
             starts_line, at_line_start = at_line_start, chunk.endswith(b"\n")
-            if starts_line and at_line_start and is_log_preamble(text):
-                continue  # the record after it is shown; the header itself says nothing
+            if starts_line and at_line_start and self._left_out(text):
+                continue
             tagged = self._tag + chunk if starts_line else chunk
             with self._lock:
                 self._lines.append(text)
@@ -108,6 +117,11 @@ class RankOutput:
             sink.write(tagged)
             sink.flush()
         source.close()
+
+    def _left_out(self, line: str) -> bool:
+        """Whether a whole (plain) line is not passed on: absl's header (the record after it is shown;
+        the header itself says nothing), and the INFO records the job's log level leaves out."""
+        return is_log_preamble(line) or (self._info_records_off and is_info_record(line))
 
     def finish(self, exit_code: int) -> ProgramAccount:
         """What the program's output says, once it has exited with ``exit_code``; the held shutdown

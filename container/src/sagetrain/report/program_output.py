@@ -22,7 +22,9 @@ _GLOG_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ ")
 _ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 # What TensorFlow prints while it starts, on every rank, whatever the program does: never a failure's
-# cause. (TF_CPP_MIN_LOG_LEVEL=1, the job's default, keeps the rest of them from being printed at all.)
+# cause. (TF_CPP_MIN_LOG_LEVEL=1, the job's default, keeps most of them from being printed at all; not the
+# INFO records logged before TensorFlow applies it, such as oneDNN's on CPUs where oneDNN is on by default:
+# the rank launcher leaves those out, see is_info_record.)
 _STARTUP_LINES = re.compile(
     "|".join(
         (
@@ -72,6 +74,11 @@ def is_noise(line: str) -> bool:
     """Whether a (plain) line says nothing about how the program ended: TensorFlow's start-up lines and
     its C++ INFO records, and blank lines."""
     return not line.strip() or bool(_STARTUP_LINES.search(line) or _GLOG_INFO.match(line))
+
+
+def is_info_record(line: str) -> bool:
+    """Whether a (plain) line is a C++ INFO record, as TensorFlow logs them through absl."""
+    return bool(_GLOG_INFO.match(line))
 
 
 def is_log_preamble(line: str) -> bool:
