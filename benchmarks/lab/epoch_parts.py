@@ -1,13 +1,14 @@
 """Where one of the managed trainer's epochs goes when its ranks train in lockstep, against the same
-epochs read without training (payload/epoch_parts.py): figure 13's channel of small files, model and
-global batch, no shuffle, 2 hosts, on the engines and ranks per host of ``--layout``. Prints one Markdown
-row per layout (the slowest rank's median milliseconds of the epoch's start (metrics reset, iterator),
-steps, metrics and whole epoch, each column its own slowest rank; of reading an epoch alone, the mean
-of as many epochs read back to back; and read alone ÷ epoch, what the records/s of training comes to
-against reading), each the median of ``--runs`` jobs, and writes the rows as JSON.
+epochs read without training (payload/epoch_parts.py): figure 13's channel of small files (``--kind
+large``: figure 14's of 1 MiB files), its model and global batch, no shuffle, 2 hosts, on the engines and
+ranks per host of ``--layout``. Prints one Markdown row per layout (the slowest rank's median
+milliseconds of the epoch's start (metrics reset, iterator), steps, metrics and whole epoch, each column
+its own slowest rank; of reading an epoch alone, the mean of as many epochs read back to back; and read
+alone ÷ epoch, what the records/s of training comes to against reading), each the median of ``--runs``
+jobs, and writes the rows as JSON.
 
-``python3 benchmarks/run.py lab epoch-parts [--files N] [--layout NAME ...] [--runs N] [--json PATH]
-[--image IMAGE]``
+``python3 benchmarks/run.py lab epoch-parts [--kind small|large] [--files N] [--layout NAME ...]
+[--runs N] [--json PATH] [--image IMAGE]``
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 from benchlib.cluster import JobFailed, JobSpec, run_job
 from benchlib.context import PAYLOAD, Context
 from benchlib.labrun import run_lab_work
-from figures.channel_scaling import HOSTS, SLOTS, data_root
-from figures.small_files import KIND
+from figures import large_files, small_files
+from figures.channel_scaling import HOSTS, SLOTS, ChannelKind, data_root
 from localcluster.dockercli import DockerCli
 
 PARTS = ("start_ms", "steps_ms", "metrics_ms", "epoch_ms", "read_alone_ms")
@@ -48,7 +49,10 @@ LAYOUTS = {
 }
 
 
-def measure(ctx: Context, channel: Path, layout: Layout) -> dict[str, float]:
+KINDS = {"small": small_files.KIND, "large": large_files.KIND}
+
+
+def measure(ctx: Context, kind: ChannelKind, channel: Path, layout: Layout) -> dict[str, float]:
     """The slowest rank's median of each part, in milliseconds."""
     spec = JobSpec(
         image=ctx.image,
@@ -56,10 +60,10 @@ def measure(ctx: Context, channel: Path, layout: Layout) -> dict[str, float]:
         code=PAYLOAD,
         program="epoch_parts.py",
         hyperparameters={
-            "batch_size": KIND.batch_size,
+            "batch_size": kind.batch_size,
             "shuffle_buffer": 0,
             "seed": 0,
-            "image_shape": list(KIND.image_shape),
+            "image_shape": list(kind.image_shape),
             **layout.hyperparameters,
         },
         channels={"train": channel},
@@ -83,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="benchmarks/run.py lab epoch-parts", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--files", type=int, default=1_000, choices=KIND.counts, help="the channel's files")
+    parser.add_argument("--kind", default="small", choices=list(KINDS), help="figure 13's or 14's channel")
+    parser.add_argument(
+        "--files", type=int, help="the channel's files (default: 1,000; 100 for --kind large)"
+    )
     parser.add_argument(
         "--layout", action="append", default=[], choices=list(LAYOUTS),
         help="measure only this layout (repeatable; default: all)",
@@ -96,15 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: give at least 1")
+    kind = KINDS[args.kind]
+    files = args.files if args.files is not None else {"small": 1_000, "large": 100}[args.kind]
+    if files not in kind.counts:
+        parser.error(f"--files {files}: the {args.kind} channel has {', '.join(map(str, kind.counts))} files")
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,
-             "image_id": docker.image_id(args.image), "files": args.files}  # fmt: skip
+             "image_id": docker.image_id(args.image), "kind": args.kind, "files": files}  # fmt: skip
 
     def work(ctx: Context) -> int:
-        channel = data_root(ctx, [KIND]) / KIND.name / str(args.files)
+        channel = data_root(ctx, [kind]) / kind.name / str(files)
         results: dict[str, dict[str, float]] = {}
         for name in args.layout or list(LAYOUTS):
-            runs = [measure(ctx, channel, LAYOUTS[name]) for _ in range(args.runs)]
+            runs = [measure(ctx, kind, channel, LAYOUTS[name]) for _ in range(args.runs)]
             results[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
             ctx.say(f"[epoch-parts] {name}: {results[name]}")
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@ its start (the metrics reset, the epoch's iterator: made for the first epoch, th
 trainer's unshuffled epochs are one repeated pipeline), its steps (each takes its batch inside the
 traced step, then the engine's one collective), the epoch's metrics averaged over the ranks; then, in
 the same process, as many epochs read with no step at all, back to back through one iterator after one
-collective that starts every rank together. Figure 13's model (channel_model.py) and
+collective that starts every rank together. Figures 13 and 14's model (channel_model.py) and
 batches, no shuffle, so every epoch is the same batches. The learning rate stays the module's (the
 figure sets no plan, so the trainer sets none per step either). Script mode: run by ``train``.
 
