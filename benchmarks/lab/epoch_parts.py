@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         help="measure only this layout (repeatable; default: all)",
     )  # fmt: skip
     parser.add_argument(
-        "--json", type=Path, default=Path("benchmarks/lab/epoch-parts.json"), help="results file"
+        "--json", type=Path, help="results file (default: benchmarks/lab/epoch-parts[-large].json)"
     )
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--runs", type=int, default=3, help="jobs per layout; each part's median is kept")
@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: give at least 1")
     kind = KINDS[args.kind]
+    results_file = args.json or Path(
+        f"benchmarks/lab/epoch-parts{'-large' if args.kind == 'large' else ''}.json"
+    )
     files = args.files if args.files is not None else {"small": 1_000, "large": 100}[args.kind]
     if files not in kind.counts:
         parser.error(f"--files {files}: the {args.kind} channel has {', '.join(map(str, kind.counts))} files")
@@ -118,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = [measure(ctx, kind, channel, LAYOUTS[name]) for _ in range(args.runs)]
             results[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
             ctx.say(f"[epoch-parts] {name}: {results[name]}")
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({**facts, "results": results}, indent=2) + "\n")
+            results_file.parent.mkdir(parents=True, exist_ok=True)
+            results_file.write_text(json.dumps({**facts, "results": results}, indent=2) + "\n")
         print("| layout | steps per epoch | " + " | ".join(PARTS) + " | read alone ÷ epoch |")
         print("|---|---:|" + "---:|" * (len(PARTS) + 1))
         for name, parts in results.items():

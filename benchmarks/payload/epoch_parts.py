@@ -26,7 +26,7 @@ from sagetrain.trainer.preparation import prepare
 from sagetrain.trainer.readers import EpochBatches
 from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
 
-UNTIMED_EPOCHS = 1  # it traces the step; figure 13 times the epochs after it too
+UNTIMED_EPOCHS = 1  # it traces the step; figures 13 and 14 time the epochs after it too
 TIMED_EPOCHS = 10
 
 job = trainer_job(os.environ)

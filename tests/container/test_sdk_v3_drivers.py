@@ -280,7 +280,8 @@ def test_only_the_job_hosts_log_in_with_the_keys_they_made_and_exchanged(
         wait_for_line(docker_client, names["algo-1"], b"waiting for algo-2 to send its ssh keys")
         # algo-2 holds its address from before the outsider starts until the end: started after the
         # outsider ended, it could take the outsider's address, and a refusal of the outsider's that the
-        # master reads late would then be algo-2's (the claim rests on the address, see server.py).
+        # master reads late would then be algo-2's (the claim rests on the address, as
+        # launch/coordinator/server.py says under "Mismatched keys").
         start_container(
             docker_client, cpu_image, internal_network, names["algo-2"], "algo-2", tmp_path / "algo-2",
             f'echo waiting-to-exchange && read -r _ < /opt/ml/input/go && python -c "{EXCHANGE_THEN_SSHD}"',

@@ -16,7 +16,7 @@ from sagetrain.contracts import RankPlace
 from sagetrain.report.program_output import (
     RaisedException,
     ShutdownNoise,
-    is_info_record,
+    is_early_info_record,
     is_log_preamble,
     last_exception,
     plain,
@@ -72,9 +72,9 @@ def ending_with_last_error(said: list[str], errors: list[str]) -> list[str]:
 class RankOutput:
     """Copies ``streams`` ((source, sink) pairs: the program's stdout and stderr, then ours) on threads
     of their own; ``finish`` once the program has exited. With ``info_records_off`` (the job's
-    TensorFlow log level leaves INFO records out), TensorFlow's C++ INFO records are left out too: those
-    it logs before it applies that level (oneDNN's, on CPUs where it is on by default) would otherwise
-    be printed on every rank."""
+    TensorFlow log level leaves INFO records out), the INFO records TensorFlow's C++ code logs before it
+    applies that level (oneDNN's, on CPUs where it is on by default) are left out too: they would
+    otherwise be printed on every rank."""
 
     def __init__(
         self,
@@ -120,8 +120,8 @@ class RankOutput:
 
     def _left_out(self, line: str) -> bool:
         """Whether a whole (plain) line is not passed on: absl's header (the record after it is shown;
-        the header itself says nothing), and the INFO records the job's log level leaves out."""
-        return is_log_preamble(line) or (self._info_records_off and is_info_record(line))
+        the header itself says nothing), and the early INFO records the job's log level leaves out."""
+        return is_log_preamble(line) or (self._info_records_off and is_early_info_record(line))
 
     def finish(self, exit_code: int) -> ProgramAccount:
         """What the program's output says, once it has exited with ``exit_code``; the held shutdown

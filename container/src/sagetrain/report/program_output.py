@@ -16,6 +16,9 @@ _TERMINAL_CODE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|
 # An absl/glog record as TensorFlow's C++ code prints it: severity, date, time, thread, file:line].
 GLOG_RECORD = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ [\w.-]+:\d+\]")
 _GLOG_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ ")
+# An INFO record of TensorFlow's C++ code logged before absl's log is initialised, which prints no date
+# ("0000 00:00"): not a record of absl-py's Python logging, which a program may use for its own lines.
+_EARLY_CXX_INFO = re.compile(r"^I0000 00:00:\d+\.\d+\s+\d+ [\w.-]+\.(?:cc|h):\d+\]")
 
 # absl's header before the first record TensorFlow's C++ code logs in a process, even with INFO records
 # off (a warning still prints it): it says nothing of the record that follows.
@@ -24,7 +27,7 @@ _ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is call
 # What TensorFlow prints while it starts, on every rank, whatever the program does: never a failure's
 # cause. (TF_CPP_MIN_LOG_LEVEL=1, the job's default, keeps most of them from being printed at all; not the
 # INFO records logged before TensorFlow applies it, such as oneDNN's on CPUs where oneDNN is on by default:
-# the rank launcher leaves those out, see is_info_record.)
+# the rank launcher leaves those out, see is_early_info_record.)
 _STARTUP_LINES = re.compile(
     "|".join(
         (
@@ -76,9 +79,10 @@ def is_noise(line: str) -> bool:
     return not line.strip() or bool(_STARTUP_LINES.search(line) or _GLOG_INFO.match(line))
 
 
-def is_info_record(line: str) -> bool:
-    """Whether a (plain) line is a C++ INFO record, as TensorFlow logs them through absl."""
-    return bool(_GLOG_INFO.match(line))
+def is_early_info_record(line: str) -> bool:
+    """Whether a (plain) line is an INFO record TensorFlow's C++ code logged before absl's log was
+    initialised, which TF_CPP_MIN_LOG_LEVEL does not hold back."""
+    return bool(_EARLY_CXX_INFO.match(line))
 
 
 def is_log_preamble(line: str) -> bool:
