@@ -14,7 +14,8 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,11 @@ RUNNER = REPO / "scripts" / "local-cluster"
 CASES = Path(__file__).resolve().parent / "cases"
 HOST_LINE = re.compile(r"^(algo-\d+)\s*\| (.*)$")
 DOCKER = DockerCli()  # the one Docker client (scripts/localcluster/dockercli.py); every call bounded
+# How long a runner told to stop has to stop its job (its containers' grace included) and remove it.
+STOP_SECONDS = 120
+# TensorFlow's start-up lines, which no process of a job prints at the default log level: its CPU
+# instructions, absl's log warning, and oneDNN's INFO record (on CPUs where oneDNN is on by default).
+TENSORFLOW_STARTUP = re.compile(r"cpu_feature_guard|absl::InitializeLog|oneDNN custom operations")
 
 
 def leftovers(job_name: str) -> list[str]:
@@ -133,6 +139,7 @@ class RunningCluster:
         self.timeout = timeout
         self.lines: list[str] = []
         self.changed = threading.Condition()
+        self.outsiders: list[str] = []  # the test's own containers on the job's network (``outsider``)
         command = [str(RUNNER), *args, "--job-name", job_name, "--workdir", str(workdir),
                    "--output", str(output), "--timeout", str(timeout)]  # fmt: skip
         print("$", " ".join(command), flush=True)
@@ -170,20 +177,35 @@ class RunningCluster:
                 seen = len(self.lines)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (self.process.poll() is not None and not self.reader.is_alive()):
-                    tail = "\n".join(self.lines[-40:])
-                    raise AssertionError(
+                    failure = AssertionError(
                         f"no log line matching {pattern!r} from {host or 'any host'} within {timeout:g} s "
-                        f"(runner exit: {self.process.poll()}); last lines:\n{tail}"
+                        f"(runner exit: {self.process.poll()}); last lines:\n" + "\n".join(self.lines[-40:])
                     )
+                    break
                 self.changed.wait(timeout=min(remaining, 5.0))
+        # The test fails here and will not wait for the job: end it now, so that the runner removes its
+        # containers and network (a runner left to a test session's exit loses its output pipe first).
+        self.stop()
+        raise failure
+
+    def stop(self) -> None:
+        """End the runner, which stops the job and removes its containers and network, and wait for it.
+        The test's outsiders go first: the network cannot be removed while they are on it."""
+        if self.outsiders:
+            DOCKER.run(["rm", "--force", *self.outsiders], Deadline(60, "the outsiders to go"), check=False)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # the runner cleans up on SIGTERM
+        try:
+            self.process.wait(timeout=STOP_SECONDS)
+        finally:
+            self.reader.join(timeout=30)
 
     def wait(self) -> ClusterResult:
         """The runner ends the job itself at --timeout; give it the stop grace and cleanup on top."""
         try:
             code = self.process.wait(timeout=self.timeout + 90)
         except subprocess.TimeoutExpired:
-            self.process.send_signal(signal.SIGTERM)  # the runner cleans up on SIGTERM
-            code = self.process.wait(timeout=60)
+            self.stop()
             raise AssertionError(
                 f"local-cluster did not end within --timeout {self.timeout:g} s + 90 s"
             ) from None
@@ -240,7 +262,8 @@ def outsider(
     configuration files (not its channels' data); what it printed as its ``ATTACK`` line."""
     known = tmp_path / f"known-{name}" / "input" / "config"
     shutil.copytree(running.workdir / "algo-2" / "input" / "config", known)
-    container = f"{running.job_name}-{name}"
+    container = outsider_container(running, name)
+    running.outsiders.append(container)
     try:
         output = DOCKER.run(
             ["run", "--pull", "never", "--name", container, "--network", network_name(running.job_name),
@@ -252,6 +275,42 @@ def outsider(
     finally:
         DOCKER.run(["rm", "--force", container], check=False)
     return json.loads(output.split("ATTACK ", 1)[1])
+
+
+def outsider_container(running: RunningCluster, name: str) -> str:
+    return f"{running.job_name}-{name}"
+
+
+@contextmanager
+def outsider_alongside(
+    running: RunningCluster, image: str, tmp_path: Path, name: str, args: list[str], seconds: float
+) -> Iterator[dict]:
+    """``outsider`` in the background while the body runs; the dict holds its ``ATTACK`` line once it has
+    ended. Leaving the body, however it leaves, stops the outsider (``docker stop``: it reports what it
+    did) and waits for it, so that no container of the test's is still on the job's network when the
+    runner removes that network. The outsider's own failure is raised once the body has succeeded."""
+    report: dict = {}
+    failures: list[Exception] = []
+
+    def attack() -> None:
+        try:
+            report.update(outsider(running, image, tmp_path, name, args, seconds))
+        except Exception as error:  # raised in the test's thread, below
+            failures.append(error)
+
+    thread = threading.Thread(target=attack, daemon=True)
+    thread.start()
+    try:
+        yield report
+    finally:
+        container = outsider_container(running, name)
+        DOCKER.run(["stop", container], Deadline(60, f"the outsider {name} to stop"), check=False)
+        thread.join(60)
+        if thread.is_alive():  # stopped before its container existed: it is running now
+            DOCKER.run(["rm", "--force", container], Deadline(60, f"the outsider {name} to go"), check=False)
+            thread.join(60)
+    if failures:
+        raise failures[0]
 
 
 def exited_on_their_own(result: ClusterResult) -> dict[str, bool]:

@@ -12,12 +12,10 @@ outsiders come first), each in a container of its own running cases/attacker/att
 """
 
 import json
-import threading
 
 import pytest
-from cluster import CASES, DOCKER, files_by_host, outsider, start_cluster
+from cluster import CASES, files_by_host, outsider, outsider_alongside, start_cluster
 from sagetrain.config.job_secret import CHANNEL_KEY
-from sagetrain.deadline import Deadline
 from sagetrain.launch.coordinator.server import HANDSHAKE_SECONDS
 from sagetrain.launch.coordinator.trust import FAILURES_BEFORE_PAUSE, PAUSE_SECONDS
 
@@ -66,17 +64,11 @@ def test_guesses_floods_and_malformed_messages_leave_the_job_its_own(tmp_path, c
         tmp_path, cpu_image, "outsiders", hyperparameters=MPI,
         extra=["--start-delay", "algo-2=40", "--grace", "30", "--ulimit", "nofile=1024:1024"],
     )  # fmt: skip
-    flooded: dict = {}
-    flooding = threading.Thread(
-        target=lambda: flooded.update(outsider(running, cpu_image, tmp_path, "flood", ["flood"], 600))
-    )
-    flooding.start()
-    names = ",".join(f"{running.job_name[:-1]}{n}x" for n in range(12))  # near misses, never the name
-    guessed = outsider(running, cpu_image, tmp_path, "guess", ["guess", "--names", names], 300)
     # The flood goes on until algo-2, starting late, has joined and mpirun has started every rank.
-    running.wait_for_line(r"mpirun command:", timeout=300, host="algo-1")
-    DOCKER.run(["stop", f"{running.job_name}-flood"], Deadline(60, "the flood to stop"))
-    flooding.join(60)
+    with outsider_alongside(running, cpu_image, tmp_path, "flood", ["flood"], 600) as flooded:
+        names = ",".join(f"{running.job_name[:-1]}{n}x" for n in range(12))  # near misses, never the name
+        guessed = outsider(running, cpu_image, tmp_path, "guess", ["guess", "--names", names], 300)
+        running.wait_for_line(r"mpirun command:", timeout=300, host="algo-1")
     result = running.wait()
 
     assert_the_job_is_its_own(result)
