@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cluster import DOCKER
+from cluster import DOCKER, TENSORFLOW_STARTUP
 from conftest import TEST_LABEL, RunResult, run_in_image
 from sagetrain.config.channels import Channel
 from sagetrain.config.job_files import JobFiles
@@ -20,7 +20,6 @@ pytestmark = [pytest.mark.container, pytest.mark.timeout(900)]
 
 JOB_DEADLINE_S = 300
 FAILURE_REASON_CHARS = 1024  # what SageMaker shows of /opt/ml/output/failure
-TENSORFLOW_STARTUP = re.compile(r"cpu_feature_guard|absl::InitializeLog|oneDNN custom operations")
 
 # A Keras shape error, as a user makes it: the model takes 4 features, the data has 3.
 SHAPE_ERROR_SCRIPT = """

@@ -9,6 +9,7 @@ import json
 import pytest
 from cluster import (
     CASES,
+    TENSORFLOW_STARTUP,
     assert_identical_weights,
     exited_on_their_own,
     files_by_host,
@@ -100,6 +101,8 @@ def test_parameter_server_layout_starts_and_ends(tmp_path, cpu_image):
     assert "serving as worker 0" in result.host_lines("algo-2"), result.describe()
     outcome = json.loads((result.output / "model" / "result.json").read_text())
     assert outcome == {"steps": 20, "weight": 20.0}
+    # The parameter server tasks' output, as the programs', without TensorFlow's start-up lines.
+    assert not TENSORFLOW_STARTUP.search("\n".join(result.lines)), result.describe()
 
 
 def test_keras_fit_under_parameter_server_trains_with_the_legacy_keras_switch(tmp_path, cpu_image):

@@ -10,6 +10,8 @@ are then stopped, so the job never hangs at its end.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,6 +43,7 @@ from sagetrain.launch.ps_server import (
     parameter_server_identity,
     prepare_scratch,
 )
+from sagetrain.launch.rank_output import RankOutput
 from sagetrain.launch.spec import JobSpec, env_added
 from sagetrain.plan.model import Plan, Role
 from sagetrain.plan.tf_config import TF_CONFIG_VAR, TaskType, tf_cluster, tf_config
@@ -85,6 +88,37 @@ def ps_task_env(spec: JobSpec, host: str) -> dict[str, str]:
     return parameter_server_env(spec.env, tf_config_value, spec.run_dir.ps_scratch)
 
 
+def start_parameter_server(spec: JobSpec, events: EventQueue) -> ManagedProcess:
+    """This host's parameter server task: its own user, its own scratch folder, none of the job's
+    credentials or secrets. Its output is passed on as a rank's is, so TensorFlow's early INFO records go
+    with the job's log level there too; its exit is posted to ``events``."""
+    identity = parameter_server_identity()
+    prepare_scratch(spec.run_dir.ps_scratch, identity)
+    env = ps_task_env(spec, spec.plan.current_host)
+    ps = ManagedProcess.start(
+        [spec.python, "-m", PS_SERVER_MODULE],
+        name=PS_PROCESS,
+        env=env,
+        cwd=spec.run_dir.ps_scratch,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        run_as=identity,
+    )
+    output = RankOutput(
+        (ps.popen.stdout, sys.stdout.buffer),
+        (ps.popen.stderr, sys.stderr.buffer),
+        tag="",
+        info_records_off=contracts.tf_info_records_off(env),
+    )
+
+    def exited(process: ManagedProcess, code: int) -> None:
+        output.finish(code)
+        events.put(ProcessExited(process.name, code))
+
+    ps.on_exit(exited)
+    return ps
+
+
 def exit_outcome(spec: JobSpec, process: str, exit_code: int) -> Verdict:
     """How this host's part ended when one of its processes exited: a parameter server task never ends
     on its own, so its exit is a failure whatever its code."""
@@ -106,18 +140,7 @@ class _TfConfigHost:
     def start(self) -> None:
         spec = self._spec
         if tf_cluster(spec.plan).parameter_servers:
-            # Its own user, its own scratch folder, none of the job's credentials or secrets.
-            identity = parameter_server_identity()
-            prepare_scratch(spec.run_dir.ps_scratch, identity)
-            ps = ManagedProcess.start(
-                [spec.python, "-m", PS_SERVER_MODULE],
-                name=PS_PROCESS,
-                env=ps_task_env(spec, spec.plan.current_host),
-                cwd=spec.run_dir.ps_scratch,
-                run_as=identity,
-            )
-            ps.on_exit(lambda p, code: self._events.put(ProcessExited(p.name, code)))
-            self._processes.append(ps)
+            self._processes.append(start_parameter_server(spec, self._events))
         env = program_env(spec, self._address, spec.plan.current_host)
         self._processes.append(start_program(spec, env, self._events))
 
