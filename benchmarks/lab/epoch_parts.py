@@ -3,12 +3,12 @@ epochs read without training (payload/epoch_parts.py): figure 13's channel of sm
 large``: figure 14's of 1 MiB files), its model and global batch, no shuffle, 2 hosts, on the engines and
 ranks per host of ``--layout``. Prints one Markdown row per layout (the slowest rank's median
 milliseconds of the epoch's start (metrics reset, iterator), steps, metrics and whole epoch, each column
-its own slowest rank; of reading an epoch alone, the mean of as many epochs read back to back; and read
-alone ÷ epoch, what the records/s of training comes to against reading), each the median of ``--runs``
-jobs, and writes the rows as JSON.
+its own slowest rank; of reading an epoch alone, the mean of as many epochs read back to back; the
+slowest epoch of any rank; and read alone ÷ epoch, what the records/s of training comes to against
+reading), each the median of ``--runs`` jobs, and writes the rows as JSON.
 
 ``python3 benchmarks/run.py lab epoch-parts [--kind small|large] [--files N] [--layout NAME ...]
-[--runs N] [--json PATH] [--image IMAGE]``
+[--runs N] [--json PATH] [--image IMAGE] [--env NAME=VALUE ...]``
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from pathlib import Path
 
 from benchlib.cluster import JobFailed, JobSpec, run_job
 from benchlib.context import PAYLOAD, Context
-from benchlib.labrun import run_lab_work
+from benchlib.labrun import add_env_option, env_settings, run_lab_work
 from figures import large_files, small_files
 from figures.channel_scaling import HOSTS, SLOTS, ChannelKind, data_root
 from localcluster.dockercli import DockerCli
 
-PARTS = ("start_ms", "steps_ms", "metrics_ms", "epoch_ms", "read_alone_ms")
+PARTS = ("start_ms", "steps_ms", "metrics_ms", "epoch_ms", "read_alone_ms", "slowest_epoch_ms")
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,27 @@ LAYOUTS = {
 }
 
 
-KINDS = {"small": small_files.KIND, "large": large_files.KIND}
+@dataclass(frozen=True)
+class KindDefaults:
+    """A channel kind of the lab: figure 13's or 14's, its files unless ``--files`` says, its results file
+    unless ``--json`` says."""
+
+    kind: ChannelKind
+    files: int
+    results_file: Path
 
 
-def measure(ctx: Context, kind: ChannelKind, channel: Path, layout: Layout) -> dict[str, float]:
-    """The slowest rank's median of each part, in milliseconds."""
+KINDS = {
+    "small": KindDefaults(small_files.KIND, 1_000, Path("benchmarks/lab/epoch-parts.json")),
+    "large": KindDefaults(large_files.KIND, 100, Path("benchmarks/lab/epoch-parts-large.json")),
+}
+
+
+def measure(
+    ctx: Context, kind: ChannelKind, channel: Path, layout: Layout, env: dict[str, str]
+) -> dict[str, float]:
+    """The slowest rank's median of each part, in milliseconds (``slowest_epoch_ms``: the slowest rank's
+    slowest epoch)."""
     spec = JobSpec(
         image=ctx.image,
         hosts=HOSTS,
@@ -67,6 +83,7 @@ def measure(ctx: Context, kind: ChannelKind, channel: Path, layout: Layout) -> d
             **layout.hyperparameters,
         },
         channels={"train": channel},
+        env=env,
         timeout_seconds=900,
     )
     job = run_job(ctx.created, spec, ctx.workdir).require_success()
@@ -88,37 +105,36 @@ def main(argv: list[str] | None = None) -> int:
         prog="benchmarks/run.py lab epoch-parts", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--kind", default="small", choices=list(KINDS), help="figure 13's or 14's channel")
-    parser.add_argument(
-        "--files", type=int, help="the channel's files (default: 1,000; 100 for --kind large)"
-    )
+    file_defaults = "; ".join(f"{defaults.files:,} for {name}" for name, defaults in KINDS.items())
+    parser.add_argument("--files", type=int, help=f"the channel's files (default: {file_defaults})")
     parser.add_argument(
         "--layout", action="append", default=[], choices=list(LAYOUTS),
         help="measure only this layout (repeatable; default: all)",
     )  # fmt: skip
-    parser.add_argument(
-        "--json", type=Path, help="results file (default: benchmarks/lab/epoch-parts[-large].json)"
-    )
+    json_defaults = "; ".join(f"{defaults.results_file} for {name}" for name, defaults in KINDS.items())
+    parser.add_argument("--json", type=Path, help=f"results file (default: {json_defaults})")
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--runs", type=int, default=3, help="jobs per layout; each part's median is kept")
+    add_env_option(parser)
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: give at least 1")
-    kind = KINDS[args.kind]
-    results_file = args.json or Path(
-        f"benchmarks/lab/epoch-parts{'-large' if args.kind == 'large' else ''}.json"
-    )
-    files = args.files if args.files is not None else {"small": 1_000, "large": 100}[args.kind]
+    defaults = KINDS[args.kind]
+    kind, results_file = defaults.kind, args.json or defaults.results_file
+    files = args.files if args.files is not None else defaults.files
+    env = env_settings(parser, args.env)
     if files not in kind.counts:
         parser.error(f"--files {files}: the {args.kind} channel has {', '.join(map(str, kind.counts))} files")
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,
-             "image_id": docker.image_id(args.image), "kind": args.kind, "files": files}  # fmt: skip
+             "image_id": docker.image_id(args.image), "kind": args.kind, "files": files,
+             "env": env}  # fmt: skip
 
     def work(ctx: Context) -> int:
         channel = data_root(ctx, [kind]) / kind.name / str(files)
         results: dict[str, dict[str, float]] = {}
         for name in args.layout or list(LAYOUTS):
-            runs = [measure(ctx, kind, channel, LAYOUTS[name]) for _ in range(args.runs)]
+            runs = [measure(ctx, kind, channel, LAYOUTS[name], env) for _ in range(args.runs)]
             results[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
             ctx.say(f"[epoch-parts] {name}: {results[name]}")
             results_file.parent.mkdir(parents=True, exist_ok=True)

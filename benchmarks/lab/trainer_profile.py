@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchlib.cluster import JobSpec, field_values, run_job
 from benchlib.context import PAYLOAD, Context
-from benchlib.labrun import run_lab_work
+from benchlib.labrun import add_env_option, env_settings, run_lab_work
 from figures.channel_scaling import ChannelKind, data_root
 from localcluster.dockercli import DockerCli
 
@@ -94,21 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--image", default="sagemaker-tf-horovod:cpu", help="the image under test")
     parser.add_argument("--runs", type=int, default=1, help="jobs per channel; the median is kept")
-    parser.add_argument(
-        "--env", action="append", default=[], metavar="NAME=VALUE",
-        help="an environment variable for every job's containers, e.g. HOROVOD_CYCLE_TIME=5 (repeatable)",
-    )  # fmt: skip
+    add_env_option(parser)
     parser.add_argument(
         "--column", action="append", default=[], choices=[column for column, _, _ in PLAN],
         help="profile only this column (repeatable; default: all)",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    env: dict[str, str] = {}
-    for setting in args.env:
-        name, equals, value = setting.partition("=")
-        if not name or not equals:
-            parser.error(f"--env {setting!r}: give NAME=VALUE")
-        env[name] = value
+    env = env_settings(parser, args.env)
 
     docker = DockerCli("docker")
     facts = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "image": args.image,

@@ -3,38 +3,50 @@ trainer's own functions (list, deal, count, parse, the epoch's seeded shuffle, e
 unshuffled epochs as one repeated pipeline), for payloads that read it without training."""
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sagetrain.trainer.hyperparameters import settings_from
-from sagetrain.trainer.job import trainer_job
-from sagetrain.trainer.preparation import TRAIN, prepare
+from sagetrain.trainer.job import TrainerJob, trainer_job
+from sagetrain.trainer.preparation import TRAIN, Prepared, prepare
 from sagetrain.trainer.readers import EpochBatches
 from sagetrain.trainer.sharding import batch_sizes, steps_per_epoch
 
 
 @dataclass(frozen=True)
 class TrainerInput:
-    """The job's hyperparameters, the train channel's folder, this rank's batch size, and
-    ``epochs_up_to(last_epoch)``, the batches of epochs up to ``last_epoch`` as the trainer takes them."""
+    """The job's hyperparameters, the train channel's folder, this rank's batch size, the prepared model
+    module, the steps of an epoch, and ``epochs_up_to(last_epoch)``, the batches of epochs up to
+    ``last_epoch`` as the trainer takes them."""
 
     hyperparameters: Mapping[str, Any]
     train_dir: Path
     batch: int
+    prepared: Prepared
+    steps: int
     epochs_up_to: Callable[[int], EpochBatches]
 
 
-def trainer_input(model_module: Path) -> TrainerInput:
-    """Prepare ``model_module`` on this rank's job as the trainer does. The trainer plans its steps from
-    every rank's count; the figures' files all hold as many records, so every rank plans the same steps
-    from its own count alone."""
-    job = trainer_job(os.environ)
+def own_count_only(count: int) -> Sequence[int]:
+    return [count]
+
+
+def trainer_input(
+    model_module: Path,
+    job: TrainerJob | None = None,
+    every_rank_count: Callable[[int], Sequence[int]] = own_count_only,
+) -> TrainerInput:
+    """Prepare ``model_module`` on this rank's job (``job``, or the one the environment describes) as the
+    trainer does. The trainer plans its steps from every rank's count, which ``every_rank_count`` gathers
+    from this rank's; by default every rank plans from its own count alone, which the figures' channels
+    allow: their files all hold as many records."""
+    job = job or trainer_job(os.environ)
     settings = settings_from(job.config.hyperparameters, job.paths.hyperparameters)
     batch = settings.per_rank_batch_size(job.ranks.size)
     prepared = prepare(job, settings, model_module, batch)
-    steps = steps_per_epoch([prepared.train.count], batch)
+    steps = steps_per_epoch(every_rank_count(prepared.train.count), batch)
 
     def epochs_up_to(last_epoch: int) -> EpochBatches:
         return EpochBatches(
@@ -46,4 +58,6 @@ def trainer_input(model_module: Path) -> TrainerInput:
             last_epoch=last_epoch,
         )
 
-    return TrainerInput(job.hyperparameters, job.paths.channel_dir(TRAIN), batch, epochs_up_to)
+    return TrainerInput(
+        job.hyperparameters, job.paths.channel_dir(TRAIN), batch, prepared, steps, epochs_up_to
+    )

@@ -34,8 +34,8 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     # figures 13 and 14's input-path readers (payload/input_path_read.py); and the lab's parts of a
     # training epoch (payload/epoch_parts.py).
     "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
-    "sagetrain.trainer.job": frozenset({"trainer_job"}),
-    "sagetrain.trainer.preparation": frozenset({"TRAIN", "prepare"}),
+    "sagetrain.trainer.job": frozenset({"TrainerJob", "trainer_job"}),
+    "sagetrain.trainer.preparation": frozenset({"TRAIN", "Prepared", "prepare"}),
     "sagetrain.trainer.readers": frozenset({"EpochBatches", "epoch_batches", "epoch_seed"}),
     "sagetrain.trainer.sharding": frozenset({"batch_sizes", "steps_per_epoch"}),
     "sagetrain.trainer.channels": frozenset({"list_data_files", "open_channel"}),
