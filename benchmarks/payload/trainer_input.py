@@ -42,7 +42,7 @@ def trainer_input(
     trainer does. The trainer plans its steps from every rank's count, which ``every_rank_count`` gathers
     from this rank's; by default every rank plans from its own count alone, which the figures' channels
     allow: their files all hold as many records."""
-    job = job or trainer_job(os.environ)
+    job = trainer_job(os.environ) if job is None else job
     settings = settings_from(job.config.hyperparameters, job.paths.hyperparameters)
     batch = settings.per_rank_batch_size(job.ranks.size)
     prepared = prepare(job, settings, model_module, batch)

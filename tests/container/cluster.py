@@ -36,11 +36,17 @@ STOP_SECONDS = 120
 TENSORFLOW_STARTUP = re.compile(r"cpu_feature_guard|absl::InitializeLog|oneDNN custom operations")
 
 
-def leftovers(job_name: str) -> list[str]:
-    """Containers and networks the runner labelled for this job and did not remove."""
+def labelled(job_name: str) -> tuple[list[str], list[str]]:
+    """The ids of the containers and of the networks the runner labelled for this job."""
     label = f"label={LABEL_JOB}={job_name}"
     containers = DOCKER.run(["ps", "--all", "--quiet", "--filter", label]).split()
     networks = DOCKER.run(["network", "ls", "--quiet", "--filter", label]).split()
+    return containers, networks
+
+
+def leftovers(job_name: str) -> list[str]:
+    """Containers and networks the runner labelled for this job and did not remove."""
+    containers, networks = labelled(job_name)
     return [f"container {name}" for name in containers] + [f"network {name}" for name in networks]
 
 
@@ -185,18 +191,30 @@ class RunningCluster:
                 self.changed.wait(timeout=min(remaining, 5.0))
         # The test fails here and will not wait for the job: end it now, so that the runner removes its
         # containers and network (a runner left to a test session's exit loses its output pipe first).
-        self.stop()
+        try:
+            self.stop()
+        except Exception as error:  # the missing line is still what the test reports
+            raise failure from error
         raise failure
 
     def stop(self) -> None:
-        """End the runner, which stops the job and removes its containers and network, and wait for it.
-        The test's outsiders go first: the network cannot be removed while they are on it."""
+        """End the runner, which stops the job and removes its containers and network, and wait for it;
+        a runner that does not end in STOP_SECONDS is killed and what it labelled removed here. The
+        test's outsiders go first: the network cannot be removed while they are on it."""
         if self.outsiders:
             DOCKER.run(["rm", "--force", *self.outsiders], Deadline(60, "the outsiders to go"), check=False)
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)  # the runner cleans up on SIGTERM
         try:
             self.process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+            containers, networks = labelled(self.job_name)
+            if containers:
+                DOCKER.run(["rm", "--force", "--volumes", *containers], Deadline(60, "the job's containers"))
+            for network in networks:
+                DOCKER.run(["network", "rm", network], Deadline(60, "the job's network"), check=False)
         finally:
             self.reader.join(timeout=30)
 
@@ -205,10 +223,12 @@ class RunningCluster:
         try:
             code = self.process.wait(timeout=self.timeout + 90)
         except subprocess.TimeoutExpired:
-            self.stop()
-            raise AssertionError(
-                f"local-cluster did not end within --timeout {self.timeout:g} s + 90 s"
-            ) from None
+            late = AssertionError(f"local-cluster did not end within --timeout {self.timeout:g} s + 90 s")
+            try:
+                self.stop()
+            except Exception as error:
+                raise late from error
+            raise late from None
         finally:
             self.reader.join(timeout=30)
         summary_path = self.output / "cluster-summary.json"

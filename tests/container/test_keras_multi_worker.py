@@ -17,6 +17,7 @@ import pytest
 from cluster import (
     CASES,
     DOCKER,
+    TENSORFLOW_STARTUP,
     assert_identical_weights,
     files_by_host,
     run_cluster,
@@ -36,7 +37,7 @@ MWMS = {"sagemaker_multi_worker_mirrored_strategy_enabled": True}
 # Max abs difference allowed between a worker's weights and the one-process reference: float32 sums
 # of the same gradients in another order, over a few hundred steps.
 REFERENCE_ATOL = 1e-4
-STARTUP_OR_SHUTDOWN_NOISE = r"cpu_feature_guard|absl::InitializeLog|BaseCollectiveExecutor::StartAbort"
+STARTUP_OR_SHUTDOWN_NOISE = rf"{TENSORFLOW_STARTUP.pattern}|BaseCollectiveExecutor::StartAbort"
 
 
 def reference_weights(docker_client, image: str, code: Path, program: str, workers: int, data: Path):

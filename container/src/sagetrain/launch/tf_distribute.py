@@ -10,6 +10,7 @@ are then stopped, so the job never hangs at its end.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from sagetrain.config.resources import host_resource_config
 from sagetrain.config.toolkit_env import own_host_variables
 from sagetrain.contracts import RankPlace
 from sagetrain.deadline import Deadline
-from sagetrain.errors import ExitCode, Terminated
+from sagetrain.errors import ExitCode, Terminated, exit_code_of_returncode
 from sagetrain.launch.coordinator import (
     EventQueue,
     Hello,
@@ -112,8 +113,11 @@ def start_parameter_server(spec: JobSpec, events: EventQueue) -> ManagedProcess:
     )
 
     def exited(process: ManagedProcess, code: int) -> None:
-        output.finish(code)
-        events.put(ProcessExited(process.name, code))
+        try:
+            # A task serves until it is stopped, at the job's end: its shutdown records are not news then.
+            output.finish(0 if code == exit_code_of_returncode(-signal.SIGTERM) else code)
+        finally:
+            events.put(ProcessExited(process.name, code))
 
     ps.on_exit(exited)
     return ps
