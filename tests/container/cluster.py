@@ -197,6 +197,19 @@ class RunningCluster:
             raise failure from error
         raise failure
 
+    def __enter__(self) -> RunningCluster:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: object) -> None:
+        """A test that leaves the block by an exception will not wait for the job: stop it now, so that
+        its containers and network go. The test's own exception is what it reports."""
+        if kind is None or self.process.poll() is not None:
+            return
+        try:
+            self.stop()
+        except Exception as stopping:
+            print(f"stopping job {self.job_name} after the test failed: {stopping}", flush=True)
+
     def stop(self) -> None:
         """End the runner, which stops the job and removes its containers and network, and wait for it;
         a runner that does not end in STOP_SECONDS is killed and what it labelled removed here. The

@@ -90,35 +90,35 @@ def start_crowd(running, image: str) -> tuple[DockerProcess, str, list[str]]:
 
 
 def run_start(tmp_path, image: str, name: str, crowded: bool):
-    running = start_cluster(
+    with start_cluster(
         tmp_path, image, 2, CASES / "credentials", name=name, program="train.py", hyperparameters=MPI,
         extra=["--start-delay", f"algo-2={WORKER_DELAY_S}", "--grace", "30"], timeout=400,
-    )  # fmt: skip
-    running.wait_for_line(r"waiting for algo-2 to join", timeout=120, host="algo-1")
-    master = running.container("algo-1")
-    crowd = container = None
-    addresses: list[str] = []
-    try:
-        if crowded:
-            crowd, container, addresses = start_crowd(running, image)
-        cpu_before, wall_before = cpu_seconds(master), time.monotonic()
-        running.wait_for_line(r".", timeout=WORKER_DELAY_S + 120, host="algo-2")
-        first_line = time.monotonic()
-        running.wait_for_line(r"joined master host algo-1", timeout=600, host="algo-2")
-        joined = time.monotonic()
-        cpu_share = (cpu_seconds(master) - cpu_before) / (joined - wall_before)
-        for rank, host in ((0, "algo-1"), (1, "algo-2")):
-            running.wait_for_line(rf"rank {rank} ran on {host}", timeout=300, host="algo-1")
-        started = time.monotonic()
-        report: dict = {}
-        if crowd is not None:
-            DOCKER.run(["stop", "--time", "20", container], Deadline(60, "the crowd to stop"))
-            output = crowd.finish().stdout.decode(errors="replace")
-            report = json.loads(output.split("ATTACK ", 1)[1])
-    finally:
-        if container is not None:
-            DOCKER.run(["rm", "--force", container], check=False)
-    result = running.wait()
+    ) as running:  # fmt: skip
+        running.wait_for_line(r"waiting for algo-2 to join", timeout=120, host="algo-1")
+        master = running.container("algo-1")
+        crowd = container = None
+        addresses: list[str] = []
+        try:
+            if crowded:
+                crowd, container, addresses = start_crowd(running, image)
+            cpu_before, wall_before = cpu_seconds(master), time.monotonic()
+            running.wait_for_line(r".", timeout=WORKER_DELAY_S + 120, host="algo-2")
+            first_line = time.monotonic()
+            running.wait_for_line(r"joined master host algo-1", timeout=600, host="algo-2")
+            joined = time.monotonic()
+            cpu_share = (cpu_seconds(master) - cpu_before) / (joined - wall_before)
+            for rank, host in ((0, "algo-1"), (1, "algo-2")):
+                running.wait_for_line(rf"rank {rank} ran on {host}", timeout=300, host="algo-1")
+            started = time.monotonic()
+            report: dict = {}
+            if crowd is not None:
+                DOCKER.run(["stop", "--time", "20", container], Deadline(60, "the crowd to stop"))
+                output = crowd.finish().stdout.decode(errors="replace")
+                report = json.loads(output.split("ATTACK ", 1)[1])
+        finally:
+            if container is not None:
+                DOCKER.run(["rm", "--force", container], check=False)
+        result = running.wait()
     return result, Start(joined - first_line, started - first_line, cpu_share, report), addresses
 
 

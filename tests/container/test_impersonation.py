@@ -60,16 +60,16 @@ def assert_the_job_is_its_own(result) -> None:
 
 
 def test_guesses_floods_and_malformed_messages_leave_the_job_its_own(tmp_path, cpu_image):
-    running = start_job(
+    with start_job(
         tmp_path, cpu_image, "outsiders", hyperparameters=MPI,
         extra=["--start-delay", "algo-2=40", "--grace", "30", "--ulimit", "nofile=1024:1024"],
-    )  # fmt: skip
-    # The flood goes on until algo-2, starting late, has joined and mpirun has started every rank.
-    with outsider_alongside(running, cpu_image, tmp_path, "flood", ["flood"], 600) as flooded:
-        names = ",".join(f"{running.job_name[:-1]}{n}x" for n in range(12))  # near misses, never the name
-        guessed = outsider(running, cpu_image, tmp_path, "guess", ["guess", "--names", names], 300)
-        running.wait_for_line(r"mpirun command:", timeout=300, host="algo-1")
-    result = running.wait()
+    ) as running:  # fmt: skip
+        # The flood goes on until algo-2, starting late, has joined and mpirun has started every rank.
+        with outsider_alongside(running, cpu_image, tmp_path, "flood", ["flood"], 600) as flooded:
+            names = ",".join(f"{running.job_name[:-1]}{n}x" for n in range(12))  # near misses, never the name
+            guessed = outsider(running, cpu_image, tmp_path, "guess", ["guess", "--names", names], 300)
+            running.wait_for_line(r"mpirun command:", timeout=300, host="algo-1")
+        result = running.wait()
 
     assert_the_job_is_its_own(result)
     outcomes = guessed["join"] + guessed["report"]
@@ -93,12 +93,13 @@ def test_an_outsider_knowing_the_whole_description_but_not_the_channel_secret_is
     secret = tmp_path / "secret"
     secret.mkdir()
     (secret / "job-secret").write_bytes(b"b2f1c7e0 a secret the job's description does not show 93d4")
-    running = start_job(
+    with start_job(
         tmp_path, cpu_image, "secret", hyperparameters={**MPI, CHANNEL_KEY: "secret"},
         channels={"secret": secret}, extra=["--start-delay", "algo-2=15", "--grace", "30"],
-    )  # fmt: skip
-    guessed = outsider(running, cpu_image, tmp_path, "knows-all", ["guess", "--names", running.job_name], 120)
-    result = running.wait()
+    ) as running:  # fmt: skip
+        knows_all = ["guess", "--names", running.job_name]
+        guessed = outsider(running, cpu_image, tmp_path, "knows-all", knows_all, 120)
+        result = running.wait()
 
     assert_the_job_is_its_own(result)
     assert guessed["join"] == ["wrong"] and guessed["report"] == ["wrong"], guessed

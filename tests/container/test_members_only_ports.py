@@ -140,26 +140,26 @@ def probed_job(
 ):  # fmt: skip
     """Run a job to its pauses, list its ports from inside, let the outsider at them (and ``while_paused``
     look around), release it; (result, listening, attack)."""
-    running = start_job(tmp_path, image, name, program, hyperparameters)
-    try:
-        wait_until_paused(running, pauses)
-        listening = {host: listening_in(running, host) for host in ("algo-1", "algo-2")}
-        targets = probe_targets(listening)
-        args = [
-            "ports",
-            "--targets",
-            ",".join(targets),
-            "--grpc",
-            ",".join(grpc),
-            "--seconds",
-            str(PROBE_SECONDS),
-        ]
-        attack = outsider(running, image, tmp_path, "ports", args, 600)
-        print(f"listening: {json.dumps(listening)}\noutsider: {json.dumps(attack)}", flush=True)
-        while_paused(running)
-    finally:
-        release(running, pauses)
-    return running.wait(), listening, attack
+    with start_job(tmp_path, image, name, program, hyperparameters) as running:
+        try:
+            wait_until_paused(running, pauses)
+            listening = {host: listening_in(running, host) for host in ("algo-1", "algo-2")}
+            targets = probe_targets(listening)
+            args = [
+                "ports",
+                "--targets",
+                ",".join(targets),
+                "--grpc",
+                ",".join(grpc),
+                "--seconds",
+                str(PROBE_SECONDS),
+            ]
+            attack = outsider(running, image, tmp_path, "ports", args, 600)
+            print(f"listening: {json.dumps(listening)}\noutsider: {json.dumps(attack)}", flush=True)
+            while_paused(running)
+        finally:
+            release(running, pauses)
+        return running.wait(), listening, attack
 
 
 def assert_outsider_got_nowhere(result, listening: Mapping[str, list[dict]], attack: dict) -> None:
