@@ -225,11 +225,14 @@ class RunningCluster:
             self.process.wait(timeout=30)
             containers, networks = labelled(self.job_name)
             if containers:
-                DOCKER.run(["rm", "--force", "--volumes", *containers], Deadline(60, "the job's containers"))
+                removal = ["rm", "--force", "--volumes", *containers]
+                DOCKER.run(removal, Deadline(60, "the job's containers"), check=False)
             for network in networks:
                 DOCKER.run(["network", "rm", network], Deadline(60, "the job's network"), check=False)
         finally:
             self.reader.join(timeout=30)
+        left = leftovers(self.job_name)
+        assert not left, f"stopping job {self.job_name} left {left} behind"
 
     def wait(self) -> ClusterResult:
         """The runner ends the job itself at --timeout; give it the stop grace and cleanup on top."""

@@ -22,7 +22,15 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from cluster import CASES, DOCKER, exited_on_their_own, run_workdir, start_cluster, write_trees
+from cluster import (
+    CASES,
+    DOCKER,
+    exited_on_their_own,
+    outsider_container,
+    run_workdir,
+    start_cluster,
+    write_trees,
+)
 from localcluster.docker import network_name
 from localcluster.dockercli import DockerProcess
 from sagetrain.config.job_secret import CHANNEL_KEY
@@ -71,7 +79,8 @@ def outsider_addresses(job_name: str) -> tuple[list[str], int]:
 def start_crowd(running, image: str) -> tuple[DockerProcess, str, list[str]]:
     """The crowd's container, started and ready: every address of it has connected."""
     addresses, prefix = outsider_addresses(running.job_name)
-    container = f"{running.job_name}-crowd"
+    container = outsider_container(running, "crowd")
+    running.outsiders.append(container)  # a stopped job removes it before its network
     process = DOCKER.start(
         ["run", "--pull", "never", "--name", container, "--network", network_name(running.job_name),
          "--cap-add", "NET_ADMIN", "--ulimit", "nofile=4096:4096", "--volume", f"{ATTACKER}:/attack:ro",

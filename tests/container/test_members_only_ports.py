@@ -86,7 +86,10 @@ def wait_until_paused(running: RunningCluster, pauses: Mapping[str, list[str]]) 
 
 
 def release(running: RunningCluster, pauses: Mapping[str, list[str]]) -> None:
-    """Write to each paused process's FIFO (it is blocked opening it: this open returns at once)."""
+    """Write to each paused process's FIFO (it is blocked opening it: this open returns at once). Not
+    once the job has been stopped: no process reads the FIFOs then, and opening one would block."""
+    if running.process.poll() is not None:
+        return
     for host, names in pauses.items():
         for name in names:
             with (running.workdir / host / "output" / "data" / f"pause-{name}").open("w") as fifo:
