@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from localcluster.docker import LABEL_JOB, container_name, network_name
 from localcluster.dockercli import DockerCli
@@ -191,9 +192,13 @@ class RunningCluster:
                 self.changed.wait(timeout=min(remaining, 5.0))
         # The test fails here and will not wait for the job: end it now, so that the runner removes its
         # containers and network (a runner left to a test session's exit loses its output pipe first).
+        self._stop_and_fail(failure)
+
+    def _stop_and_fail(self, failure: AssertionError) -> NoReturn:
+        """Stop the job, then raise ``failure``: what the test reports, even when stopping fails too."""
         try:
             self.stop()
-        except Exception as error:  # the missing line is still what the test reports
+        except Exception as error:
             raise failure from error
         raise failure
 
@@ -239,12 +244,9 @@ class RunningCluster:
         try:
             code = self.process.wait(timeout=self.timeout + 90)
         except subprocess.TimeoutExpired:
-            late = AssertionError(f"local-cluster did not end within --timeout {self.timeout:g} s + 90 s")
-            try:
-                self.stop()
-            except Exception as error:
-                raise late from error
-            raise late from None
+            self._stop_and_fail(
+                AssertionError(f"local-cluster did not end within --timeout {self.timeout:g} s + 90 s")
+            )
         finally:
             self.reader.join(timeout=30)
         summary_path = self.output / "cluster-summary.json"
