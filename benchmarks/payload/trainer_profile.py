@@ -41,6 +41,7 @@ if declared is None:
 spec = declared
 # Before any other TensorFlow op, as the trainer makes them (the engine may configure TensorFlow's runtime).
 collectives = make_collectives(job.engine, job.ranks)
+collectives.join()  # before preparing: this payload times no preparation
 
 
 def report(name: str, seconds: float, records: int = 0) -> None:

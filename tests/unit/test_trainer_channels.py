@@ -1,5 +1,6 @@
 """The job as a trainer rank sees it, and channel planning on real folders, without TensorFlow."""
 
+import gc
 import json
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ from sagetrain.config.job_files import JobFiles
 from sagetrain.contracts import RankPlace
 from sagetrain.engines import Engine
 from sagetrain.errors import PlatformError, UserError
+from sagetrain.trainer import channels as trainer_channels
 from sagetrain.trainer.channels import DataFormat, format_of, list_data_files, open_channel
 from sagetrain.trainer.job import trainer_job
 from sagetrain.trainer.sharding import ShardLevel
@@ -212,6 +214,34 @@ def test_a_channel_of_empty_files_has_no_records(tmp_path):
     make_files(tmp_path / "input" / "data" / "train", [("a.npz", 0), ("b.npz", 0)])
     with pytest.raises(UserError, match=r"^channel 'train' has no records: its 2 file\(s\) in .* are empty"):
         open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_the_collector_is_off_while_dealing_and_as_it_was_after_success_and_errors(
+    tmp_path, monkeypatch, enabled_before
+):
+    make_files(train_dir(tmp_path), [("a.npz", 10), ("b.npz", 10)])
+    make_files(tmp_path / "empty", [("a.npz", 0)])
+    collector_on_while_dealing = []
+    deal = trainer_channels.plan_shard
+
+    def watched_deal(*args):
+        collector_on_while_dealing.append(gc.isenabled())
+        return deal(*args)
+
+    monkeypatch.setattr(trainer_channels, "plan_shard", watched_deal)
+    after = []
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        open_channel(spec_for(tmp_path), train_dir(tmp_path), place(0, 0, 1, 1), reader_needs_format=True)
+        after.append(gc.isenabled())
+        with pytest.raises(UserError, match="are empty"):
+            open_channel(spec_for(tmp_path), tmp_path / "empty", place(0, 0, 1, 1), reader_needs_format=True)
+        after.append(gc.isenabled())
+    finally:
+        gc.enable()
+    assert collector_on_while_dealing == [False]
+    assert after == [enabled_before, enabled_before]
 
 
 def test_listing_gives_sizes_in_path_order_without_hidden_or_symlinked_folders(tmp_path):

@@ -26,7 +26,12 @@ from sagetrain.errors import PlatformError, UserError
 
 
 class Collectives(Protocol):
+    """Made before any other TensorFlow op (an engine may pin the GPU or configure TensorFlow's runtime);
+    ``join`` connects to the other ranks, once this rank has prepared, before the first collective."""
+
     ranks: RankPlace
+
+    def join(self) -> None: ...
 
     def allgather_object(self, value: object) -> list[Any]: ...
 
@@ -94,6 +99,9 @@ class SingleProcess:
             )
         self.ranks = ranks
 
+    def join(self) -> None:
+        return None
+
     def allgather_object(self, value: object) -> list[Any]:
         return [value]
 
@@ -136,16 +144,22 @@ class HorovodCollectives:
                 f"{contracts.ENGINE_VAR}={Engine.HOROVOD.value} but horovod.tensorflow does not import: "
                 f"{error}"
             ) from None
-        hvd.init()
-        if (hvd.rank(), hvd.size()) != (ranks.rank, ranks.size):
-            raise PlatformError(
-                f"Horovod says rank {hvd.rank()} of {hvd.size()} but {contracts.RANK_VAR}/"
-                f"{contracts.SIZE_VAR} say {ranks.rank} of {ranks.size}; the rank launcher and mpirun "
-                "disagree"
-            )
         self._hvd = hvd
         self.ranks = ranks
         _pin_gpu(ranks.local_rank)
+
+    def join(self) -> None:
+        # Not at construction: from init on, Horovod's background loop meets the other ranks' in a
+        # collective every cycle, even idle, and polls while it waits; on shared cores that took the CPU
+        # the ranks needed to list and count their channels (up to twice as long).
+        hvd = self._hvd
+        hvd.init()
+        if (hvd.rank(), hvd.size()) != (self.ranks.rank, self.ranks.size):
+            raise PlatformError(
+                f"Horovod says rank {hvd.rank()} of {hvd.size()} but {contracts.RANK_VAR}/"
+                f"{contracts.SIZE_VAR} say {self.ranks.rank} of {self.ranks.size}; the rank launcher and "
+                "mpirun disagree"
+            )
 
     # Horovod's object collectives unpickle whatever arrives (cloudpickle); they carry our bytes, which
     # only the plain-data loader opens, as on the other engines.
@@ -217,6 +231,9 @@ class MultiWorkerCollectives:
         tf_logger = tf.get_logger()
         if not any(isinstance(existing, _EagerOverheadFilter) for existing in tf_logger.filters):
             tf_logger.addFilter(_EagerOverheadFilter())
+
+    def join(self) -> None:
+        return None  # the strategy joined at construction: it must exist before any other TensorFlow op
 
     def _sum(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
         """Each tensor summed over the hosts, one collective per dtype."""

@@ -123,8 +123,9 @@ def _records_held(prepared: Prepared) -> dict[str, int]:
 def _prepare_on_every_rank(
     job: TrainerJob, settings: TrainerSettings, collectives: Collectives, module_path: Path, batch: int
 ) -> tuple[LocalSetup, tuple[RankOutcome, ...]]:
-    """This rank's setup and every rank's outcome, once all ranks have prepared; if any rank failed, every
-    rank raises the first failure's error here, and so when any rank lacks records of a channel."""
+    """This rank's setup and every rank's outcome, once all ranks have prepared and joined; if any rank
+    failed, every rank raises the first failure's error here, and so when any rank lacks records of a
+    channel."""
     setup: LocalSetup | None = None
     failure: RankFailure | None = None
     local_error: BaseException | None = None
@@ -139,6 +140,7 @@ def _prepare_on_every_rank(
         )
         local_error = error
     records = _records_held(setup.prepared) if setup is not None else {}
+    collectives.join()  # a rank that failed joins too: the others learn why
     outcomes = agree(collectives, RankOutcome(failure, records), local_error)
     if setup is None:
         raise PlatformError("preparation failed without a reported cause.")
