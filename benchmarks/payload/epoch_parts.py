@@ -30,7 +30,7 @@ TIMED_EPOCHS = 10
 job = trainer_job(os.environ)
 # Before any other TensorFlow op, as the trainer makes them (the engine may configure TensorFlow's runtime).
 collectives = make_collectives(job.engine, job.ranks)
-collectives.join()  # before preparing: this payload times no preparation
+collectives.connect()  # before preparing: this payload times no preparation
 rank = job.ranks.rank
 trainer = trainer_input(Path(__file__).with_name("channel_model.py"), job, collectives.allgather_object)
 prepared, steps, epochs_up_to = trainer.prepared, trainer.steps, trainer.epochs_up_to

@@ -41,7 +41,6 @@ if declared is None:
 spec = declared
 # Before any other TensorFlow op, as the trainer makes them (the engine may configure TensorFlow's runtime).
 collectives = make_collectives(job.engine, job.ranks)
-collectives.join()  # before preparing: this payload times no preparation
 
 
 def report(name: str, seconds: float, records: int = 0) -> None:
@@ -104,6 +103,8 @@ prepared = timed(
     lambda: prepare(job, settings, Path(__file__).with_name("model_module.py"), batch),
 )
 records = prepared.train
+# After the stages above, as the trainer connects once it has prepared (Horovod polls from then on).
+timed("connect", collectives.connect)
 counts = collectives.allgather_object(records.count)
 steps = steps_per_epoch(counts, batch)
 sizes = batch_sizes(records.count, steps, batch)

@@ -4,6 +4,8 @@ copy of the output (tags, TensorFlow's shutdown records held back)."""
 
 import io
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -244,6 +246,22 @@ def test_the_copy_leaves_out_info_records_when_the_log_level_does(info_records_o
     # A record inside a line the program wrote is the program's own text.
     kept = b"[r] " + warning + b"[r] " + programs_own + b"[r] x" + ONEDNN_RECORD
     assert stderr.getvalue() == shown + kept
+
+
+@pytest.mark.parametrize(("level", "shown"), [("0", True), ("1", False)])
+def test_a_programs_output_is_copied_to_ours_at_the_log_level_of_its_environment(capfdbinary, level, shown):
+    program = (
+        f"import sys; sys.stdout.write('epoch=1\\n'); sys.stderr.buffer.write({ONEDNN_RECORD!r} + b'done\\n')"
+    )
+    env = {**os.environ, TF_LOG_LEVEL_VAR: level}
+    with subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as popen:
+        output = RankOutput.of_program(popen, "[r] ", env)
+        output.finish(popen.wait())
+    captured = capfdbinary.readouterr()
+    assert captured.out == b"[r] epoch=1\n"
+    assert captured.err == (b"[r] " + ONEDNN_RECORD if shown else b"") + b"[r] done\n"
 
 
 @pytest.mark.parametrize(

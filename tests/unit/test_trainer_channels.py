@@ -217,19 +217,24 @@ def test_a_channel_of_empty_files_has_no_records(tmp_path):
 
 
 @pytest.mark.parametrize("enabled_before", [True, False])
-def test_the_collector_is_off_while_dealing_and_as_it_was_after_success_and_errors(
+def test_the_collector_is_off_while_listing_and_dealing_and_as_it_was_after_success_and_errors(
     tmp_path, monkeypatch, enabled_before
 ):
     make_files(train_dir(tmp_path), [("a.npz", 10), ("b.npz", 10)])
     make_files(tmp_path / "empty", [("a.npz", 0)])
-    collector_on_while_dealing = []
-    deal = trainer_channels.plan_shard
+    collector_on = []
 
-    def watched_deal(*args):
-        collector_on_while_dealing.append(gc.isenabled())
-        return deal(*args)
+    def watched(name):
+        work = getattr(trainer_channels, name)
 
-    monkeypatch.setattr(trainer_channels, "plan_shard", watched_deal)
+        def run(*args):
+            collector_on.append((name, gc.isenabled()))
+            return work(*args)
+
+        monkeypatch.setattr(trainer_channels, name, run)
+
+    watched("list_data_files")
+    watched("plan_shard")
     after = []
     (gc.enable if enabled_before else gc.disable)()
     try:
@@ -240,7 +245,8 @@ def test_the_collector_is_off_while_dealing_and_as_it_was_after_success_and_erro
         after.append(gc.isenabled())
     finally:
         gc.enable()
-    assert collector_on_while_dealing == [False]
+    # The second call fails after its listing, before any deal.
+    assert collector_on == [("list_data_files", False), ("plan_shard", False), ("list_data_files", False)]
     assert after == [enabled_before, enabled_before]
 
 

@@ -1,6 +1,6 @@
 """The trainer pins one GPU per rank (collectives._pin_gpu), which TensorFlow allows only before its devices
 are initialised. No GPU here, so check the precondition instead: importing the trainer, starting the
-Horovod engine and joining the other ranks must leave TensorFlow's eager context uninitialised (a tensor
+Horovod engine and connecting to the other ranks must leave TensorFlow's eager context uninitialised (a tensor
 made at import once broke every model-module job on GPU hosts)."""
 
 import subprocess
@@ -18,8 +18,8 @@ from sagetrain.contracts import RankPlace
 from sagetrain.trainer.collectives import HorovodCollectives
 collectives = HorovodCollectives(RankPlace(rank=0, size=1))
 print("after engine", context.context()._initialized)
-collectives.join()
-print("after join", context.context()._initialized)
+collectives.connect()
+print("after connect", context.context()._initialized)
 """
 
 
@@ -30,4 +30,4 @@ def test_trainer_leaves_devices_uninitialised_until_the_engine_has_pinned_the_gp
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     lines = [line for line in completed.stdout.splitlines() if line.startswith("after ")]
-    assert lines == ["after imports False", "after engine False", "after join False"], completed.stdout
+    assert lines == ["after imports False", "after engine False", "after connect False"], completed.stdout

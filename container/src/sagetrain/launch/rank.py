@@ -124,12 +124,7 @@ def run_rank(argv: list[str], environ: Mapping[str, str]) -> int:
     registration = RunDir.from_env(environ).rank_registration(os.getpid())
     registration.parent.mkdir(parents=True, exist_ok=True)
     registration.write_text(str(program.pid))
-    output = RankOutput(
-        (program.popen.stdout, sys.stdout.buffer),
-        (program.popen.stderr, sys.stderr.buffer),
-        rank_tag(setup.host, setup.place),
-        info_records_off=contracts.tf_info_records_off(setup.env),
-    )
+    output = RankOutput.of_program(program.popen, rank_tag(setup.host, setup.place), setup.env)
     try:
         code = program.wait_for_exit()
         account = output.finish(code)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import collections
 import re
+import subprocess
+import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO
 
-from sagetrain.contracts import RankPlace
+from sagetrain.contracts import RankPlace, tf_info_records_off
 from sagetrain.report.program_output import (
     RaisedException,
     ShutdownNoise,
@@ -95,6 +98,17 @@ class RankOutput:
         ]
         for copier in self._copiers:
             copier.start()
+
+    @classmethod
+    def of_program(cls, popen: subprocess.Popen[bytes], tag: str, env: Mapping[str, str]) -> RankOutput:
+        """The program's stdout and stderr copied to ours, leaving out what the TensorFlow log level of
+        ``env``, the program's environment, leaves out."""
+        return cls(
+            (popen.stdout, sys.stdout.buffer),
+            (popen.stderr, sys.stderr.buffer),
+            tag,
+            info_records_off=tf_info_records_off(env),
+        )
 
     def _copy(self, source: IO[bytes] | None, sink: IO[bytes], is_stderr: bool) -> None:
         if source is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -105,12 +104,7 @@ def start_parameter_server(spec: JobSpec, events: EventQueue) -> ManagedProcess:
         stderr=subprocess.PIPE,
         run_as=identity,
     )
-    output = RankOutput(
-        (ps.popen.stdout, sys.stdout.buffer),
-        (ps.popen.stderr, sys.stderr.buffer),
-        tag="",
-        info_records_off=contracts.tf_info_records_off(env),
-    )
+    output = RankOutput.of_program(ps.popen, "", env)
 
     def exited(process: ManagedProcess, code: int) -> None:
         try:

@@ -177,9 +177,10 @@ def reject_unshardable(spec: ChannelConfig, folder: Path) -> None:
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off inside, as it was after. For work that makes many lasting
-    objects none of which can be in a cycle: each batch of them that survives sets off a full pass over
-    every object the process holds, and after TensorFlow and Keras are imported that is a large heap."""
+    """Python's cyclic garbage collector off inside the block, and afterwards as it was before. For work
+    that makes many lasting objects none of which can be in a cycle: each batch of them that survives sets
+    off a full pass over every object the process holds, and after TensorFlow and Keras are imported that
+    is a large heap."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -189,9 +190,10 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _share(
+def _list_and_deal(
     spec: ChannelConfig, folder: Path, ranks: RankPlace, *, reader_needs_format: bool
 ) -> tuple[DataFormat, ShardPlan]:
+    """The channel's format and this rank's share of its files, from one listing of ``folder``."""
     listed = list_data_files(folder)
     if not listed:
         raise UserError(f"channel {spec.name!r} has no files in {folder}; add data or remove the channel.")
@@ -225,6 +227,6 @@ def open_channel(
     # Listing and dealing keep a tuple per file (100,000 on every rank of a large channel): with the
     # collector on, its full passes over TensorFlow's heap took a quarter to a third of that time.
     with collector_paused():
-        data_format, shard = _share(spec, folder, ranks, reader_needs_format=reader_needs_format)
+        data_format, shard = _list_and_deal(spec, folder, ranks, reader_needs_format=reader_needs_format)
     files = tuple(unit.path for unit in shard.files)
     return Channel(declared=spec, directory=folder, files=files, data_format=data_format, shard=shard)

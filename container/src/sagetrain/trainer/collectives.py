@@ -26,12 +26,13 @@ from sagetrain.errors import PlatformError, UserError
 
 
 class Collectives(Protocol):
-    """Made before any other TensorFlow op (an engine may pin the GPU or configure TensorFlow's runtime);
-    ``join`` connects to the other ranks, once this rank has prepared, before the first collective."""
+    """Made before any other TensorFlow op (an engine may pin the GPU or configure TensorFlow's runtime).
+    ``connect`` is called once this rank has prepared, before the first collective: an engine that can
+    wait connects to the other ranks there."""
 
     ranks: RankPlace
 
-    def join(self) -> None: ...
+    def connect(self) -> None: ...
 
     def allgather_object(self, value: object) -> list[Any]: ...
 
@@ -99,7 +100,7 @@ class SingleProcess:
             )
         self.ranks = ranks
 
-    def join(self) -> None:
+    def connect(self) -> None:
         return None
 
     def allgather_object(self, value: object) -> list[Any]:
@@ -148,10 +149,10 @@ class HorovodCollectives:
         self.ranks = ranks
         _pin_gpu(ranks.local_rank)
 
-    def join(self) -> None:
-        # Not at construction: from init on, Horovod's background loop meets the other ranks' in a
-        # collective every cycle, even idle, and polls while it waits; on shared cores that took the CPU
-        # the ranks needed to list and count their channels (up to twice as long).
+    def connect(self) -> None:
+        # Not at construction: from init on, Horovod's background loop meets the other ranks' loops in a
+        # collective every cycle, even when idle, and polls while it waits; on shared cores that took the
+        # CPU the ranks needed to list and count their channels (up to twice as long).
         hvd = self._hvd
         hvd.init()
         if (hvd.rank(), hvd.size()) != (self.ranks.rank, self.ranks.size):
@@ -232,8 +233,8 @@ class MultiWorkerCollectives:
         if not any(isinstance(existing, _EagerOverheadFilter) for existing in tf_logger.filters):
             tf_logger.addFilter(_EagerOverheadFilter())
 
-    def join(self) -> None:
-        return None  # the strategy joined at construction: it must exist before any other TensorFlow op
+    def connect(self) -> None:
+        return None  # connected at construction: the strategy must exist before any other TensorFlow op
 
     def _sum(self, tensors: list[tf.Tensor]) -> list[tf.Tensor]:
         """Each tensor summed over the hosts, one collective per dtype."""

@@ -1,5 +1,6 @@
-"""The managed trainer from start to finish on one rank: parse → prepare → agree (agreement.py) → resume
-(restore and broadcast) → train → finish (evaluate, export), the last three steps of a ``TrainingRun``.
+"""The managed trainer from start to finish on one rank: parse → prepare → connect → agree (agreement.py)
+→ resume (restore and broadcast) → train → finish (evaluate, export), the last three steps of a
+``TrainingRun``.
 Side effects (signals, files, printing) live here and in the small writers.
 """
 
@@ -123,7 +124,7 @@ def _records_held(prepared: Prepared) -> dict[str, int]:
 def _prepare_on_every_rank(
     job: TrainerJob, settings: TrainerSettings, collectives: Collectives, module_path: Path, batch: int
 ) -> tuple[LocalSetup, tuple[RankOutcome, ...]]:
-    """This rank's setup and every rank's outcome, once all ranks have prepared and joined; if any rank
+    """This rank's setup and every rank's outcome, once all ranks have prepared and connected; if any rank
     failed, every rank raises the first failure's error here, and so when any rank lacks records of a
     channel."""
     setup: LocalSetup | None = None
@@ -140,7 +141,7 @@ def _prepare_on_every_rank(
         )
         local_error = error
     records = _records_held(setup.prepared) if setup is not None else {}
-    collectives.join()  # a rank that failed joins too: the others learn why
+    collectives.connect()  # a rank that failed connects too: the others learn why
     outcomes = agree(collectives, RankOutcome(failure, records), local_error)
     if setup is None:
         raise PlatformError("preparation failed without a reported cause.")
