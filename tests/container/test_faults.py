@@ -63,21 +63,23 @@ def assert_survivors_failed_within_bound(result, victim, killed_at, survivors, n
 
 @pytest.mark.parametrize("victim", ["algo-2", "algo-1"])
 def test_a_killed_host_ends_the_job_on_every_other_host_within_60_s(tmp_path, cpu_image, victim):
-    running = start_long_job(tmp_path, cpu_image, f"kill-{victim}", grace=LOST_HOST_BOUND_S + 30)
-    killed_at = time.time()
-    DOCKER.run(["kill", running.container(victim)])
-    result = running.wait()
+    with start_long_job(tmp_path, cpu_image, f"kill-{victim}", grace=LOST_HOST_BOUND_S + 30) as running:
+        killed_at = time.time()
+        DOCKER.run(["kill", running.container(victim)])
+        result = running.wait()
     survivor = "algo-1" if victim == "algo-2" else "algo-2"
     # The master's sentence names the host it lost; a worker that lost its master says so its own way.
     assert_survivors_failed_within_bound(result, victim, killed_at, [survivor], victim == "algo-2")
 
 
 def test_a_killed_worker_of_three_ends_the_job_on_both_others_within_60_s(tmp_path, cpu_image):
-    running = start_long_job(tmp_path, cpu_image, "kill3-algo-2", grace=LOST_HOST_BOUND_S + 30, hosts=3)
-    running.wait_for_line(r"rank 2 of 3 started on algo-3", timeout=30)
-    killed_at = time.time()
-    DOCKER.run(["kill", running.container("algo-2")])
-    result = running.wait()
+    with start_long_job(
+        tmp_path, cpu_image, "kill3-algo-2", grace=LOST_HOST_BOUND_S + 30, hosts=3
+    ) as running:
+        running.wait_for_line(r"rank 2 of 3 started on algo-3", timeout=30)
+        killed_at = time.time()
+        DOCKER.run(["kill", running.container("algo-2")])
+        result = running.wait()
     assert_survivors_failed_within_bound(result, "algo-2", killed_at, ["algo-1", "algo-3"], True)
 
 
@@ -171,10 +173,10 @@ def assert_resumed(resumed, stop_report, last_epoch):
 
 def test_sigterm_writes_a_checkpoint_and_a_restart_resumes(tmp_path, cpu_image):
     checkpoints, _, job = sigterm_job(tmp_path)
-    running = start_cluster(tmp_path, cpu_image, 2, CASES / "keras_module", name="sigterm", **job)
-    running.wait_for_line(r"(^|:)epoch=2\b", timeout=400)
-    DOCKER.run(["stop", "--time", "10", running.container("algo-1")])
-    stopped = running.wait()
+    with start_cluster(tmp_path, cpu_image, 2, CASES / "keras_module", name="sigterm", **job) as running:
+        running.wait_for_line(r"(^|:)epoch=2\b", timeout=400)
+        DOCKER.run(["stop", "--time", "10", running.container("algo-1")])
+        stopped = running.wait()
     assert stopped.exit_code != 0, stopped.describe()
     stop_report, last_epoch = assert_stopped_with_a_checkpoint(stopped, checkpoints, ["algo-1"])
     # As SageMaker restarts a job: fresh /opt/ml trees, the checkpoints restored.
@@ -187,10 +189,10 @@ def test_sigterm_to_every_host_at_once_checkpoints_and_every_host_exits_143(tmp_
     collective of all ranks, so a worker must stay up (its sshd, orted and ranks with it) until the
     master's verdict says the ranks have stopped."""
     checkpoints, run_flags, job = sigterm_job(tmp_path)
-    running = start_cluster(tmp_path, cpu_image, 2, CASES / "keras_module", name="sigterm-all", **job)
-    running.wait_for_line(r"(^|:)epoch=2\b", timeout=400)
-    DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1"), running.container("algo-2")])
-    stopped = running.wait()
+    with start_cluster(tmp_path, cpu_image, 2, CASES / "keras_module", name="sigterm-all", **job) as running:
+        running.wait_for_line(r"(^|:)epoch=2\b", timeout=400)
+        DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1"), running.container("algo-2")])
+        stopped = running.wait()
     assert all(exited_on_their_own(stopped).values()), stopped.describe()
     stop_report, last_epoch = assert_stopped_with_a_checkpoint(stopped, checkpoints, ["algo-1", "algo-2"])
     # A restart on the same trees: it resumes, and its success is not left next to the stopped run's failure.
@@ -247,11 +249,13 @@ def test_a_second_signal_never_extends_the_stop(tmp_path, cpu_image):
     ends = {}
     for signals in (["TERM"], ["TERM", "INT"]):
         name = "signal-" + "-".join(signals).lower()
-        running = start_long_job(tmp_path / name, cpu_image, name, grace=60, ignore_signals=1)
-        signalled_at = time.time()
-        for signum in signals:
-            DOCKER.run(["kill", "--signal", signum, running.container("algo-1"), running.container("algo-2")])
-        result = running.wait()
+        with start_long_job(tmp_path / name, cpu_image, name, grace=60, ignore_signals=1) as running:
+            signalled_at = time.time()
+            for signum in signals:
+                DOCKER.run(
+                    ["kill", "--signal", signum, running.container("algo-1"), running.container("algo-2")]
+                )
+            result = running.wait()
         assert all(exited_on_their_own(result).values()), result.describe()
         assert all(code not in (0, None) for code in result.exit_codes().values()), result.describe()
         ends[name] = seconds_after(result, signalled_at)

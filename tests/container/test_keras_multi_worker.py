@@ -183,13 +183,13 @@ def test_sigterm_mid_fit_then_a_restart_resumes_from_the_backup_without_losing_a
     data = write_regression_csv(tmp_path / "train", rows=256)
     checkpoints = tmp_path / "checkpoints"
     run_flags = ["--grace", "60", "--checkpoints", str(checkpoints)]
-    running = start_cluster(
+    with start_cluster(
         tmp_path, cpu_image, 2, CASES / "mwms_backup", name="mwms-sigterm", program="train.py",
         hyperparameters=MWMS, channels={"train": data}, extra=run_flags, timeout=540,
-    )  # fmt: skip
-    running.wait_for_line(r"^epoch=2$", timeout=400, host="algo-1")
-    DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1"), running.container("algo-2")])
-    stopped = running.wait()
+    ) as running:  # fmt: skip
+        running.wait_for_line(r"^epoch=2$", timeout=400, host="algo-1")
+        DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1"), running.container("algo-2")])
+        stopped = running.wait()
     assert stopped.exit_code != 0, stopped.describe()
     completed = epochs_in(stopped, EPOCH_DONE)
     assert completed and 2 <= completed[-1] < 6, stopped.describe()

@@ -149,11 +149,11 @@ def test_timeout_stops_every_host_and_exits_124(tmp_path, double_image):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_the_hosts_and_removes_everything(tmp_path, double_image, signum):
     code = behaviour(tmp_path, 'echo "$host sleeping"\nsleep 600 &\nwait\n')
-    running = start_cluster(tmp_path, double_image, 2, code, program="behaviour.sh", timeout=120)
-    running.wait_for_line(r"sleeping", timeout=60, host="algo-2")
-    running.wait_for_line(r"sleeping", timeout=60, host="algo-1")
-    running.process.send_signal(signum)
-    result = running.wait()  # asserts nothing is left behind
+    with start_cluster(tmp_path, double_image, 2, code, program="behaviour.sh", timeout=120) as running:
+        running.wait_for_line(r"sleeping", timeout=60, host="algo-2")
+        running.wait_for_line(r"sleeping", timeout=60, host="algo-1")
+        running.process.send_signal(signum)
+        result = running.wait()  # asserts nothing is left behind
     assert result.exit_code == 128 + signum, result.describe()
     assert result.exit_codes() == {"algo-1": 143, "algo-2": 143}
     assert not leftovers(result.job_name)

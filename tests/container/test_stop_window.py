@@ -44,13 +44,13 @@ def slow_saver_code(tmp_path):
 
 def test_a_script_that_takes_30_s_to_save_after_sigterm_keeps_its_checkpoint(tmp_path, cpu_image):
     code, checkpoints = slow_saver_code(tmp_path)
-    running = start_cluster(
+    with start_cluster(
         tmp_path, cpu_image, 1, code, name="slow-save", program="train.py", timeout=400,
         extra=["--instance-type", "ml.c5.xlarge", "--stop-timeout", "120", "--checkpoints", str(checkpoints)],
-    )  # fmt: skip
-    running.wait_for_line(r"^training$", timeout=300, host="algo-1")
-    DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1")])
-    stopped = running.wait()
+    ) as running:  # fmt: skip
+        running.wait_for_line(r"^training$", timeout=300, host="algo-1")
+        DOCKER.run(["kill", "--signal", "TERM", running.container("algo-1")])
+        stopped = running.wait()
     assert stopped.exit_codes()["algo-1"] == 143, stopped.describe()
     assert (checkpoints / "ckpt-final.keras").read_text() == "weights"
     assert stopped.failure_line("algo-1") == (
@@ -62,15 +62,15 @@ def test_a_script_that_takes_30_s_to_save_after_sigterm_keeps_its_checkpoint(tmp
 
 def test_a_container_killed_while_its_program_saves_still_leaves_a_report(tmp_path, cpu_image):
     code, checkpoints = slow_saver_code(tmp_path)
-    running = start_cluster(
+    with start_cluster(
         tmp_path, cpu_image, 1, code, name="killed-saving", program="train.py", timeout=400,
         hyperparameters={"sagetrain_stop_seconds": 60},
         extra=["--checkpoints", str(checkpoints)],
-    )  # fmt: skip
-    running.wait_for_line(r"^training$", timeout=300, host="algo-1")
-    # As SageMaker's local mode stops a container: SIGTERM, then SIGKILL (here 5 s) later.
-    DOCKER.run(["stop", "--time", "5", running.container("algo-1")])
-    stopped = running.wait()
+    ) as running:  # fmt: skip
+        running.wait_for_line(r"^training$", timeout=300, host="algo-1")
+        # As SageMaker's local mode stops a container: SIGTERM, then SIGKILL (here 5 s) later.
+        DOCKER.run(["stop", "--time", "5", running.container("algo-1")])
+        stopped = running.wait()
     assert stopped.exit_codes()["algo-1"] == 137, stopped.describe()
     assert not (checkpoints / "ckpt-final.keras").exists()
     assert stopped.failure_line("algo-1") == (

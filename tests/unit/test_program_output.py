@@ -258,8 +258,9 @@ def test_a_programs_output_is_copied_to_ours_at_the_log_level_of_its_environment
         [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
     ) as popen:
         output = RankOutput.of_program(popen, "[r] ", env)
-        output.finish(popen.wait())
+        account = output.finish(popen.wait())
     captured = capfdbinary.readouterr()
+    assert account.last_lines[-1] == "done"  # the program's stderr read as its stderr
     assert captured.out == b"[r] epoch=1\n"
     assert captured.err == (b"[r] " + ONEDNN_RECORD if shown else b"") + b"[r] done\n"
 

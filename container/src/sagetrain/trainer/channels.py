@@ -225,7 +225,7 @@ def open_channel(
     if not folder.is_dir():
         raise UserError(f"channel {spec.name!r}: its folder {folder} does not exist.")
     # Listing and dealing keep a tuple per file (100,000 on every rank of a large channel): with the
-    # collector on, its full passes over TensorFlow's heap took a quarter to a third of that time.
+    # collector on, its full passes over TensorFlow's heap took up to two fifths of that time.
     with collector_paused():
         data_format, shard = _list_and_deal(spec, folder, ranks, reader_needs_format=reader_needs_format)
     files = tuple(unit.path for unit in shard.files)

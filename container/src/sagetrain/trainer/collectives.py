@@ -27,8 +27,9 @@ from sagetrain.errors import PlatformError, UserError
 
 class Collectives(Protocol):
     """Made before any other TensorFlow op (an engine may pin the GPU or configure TensorFlow's runtime).
-    ``connect`` is called once this rank has prepared, before the first collective: an engine that can
-    wait connects to the other ranks there."""
+    ``connect`` is called once this rank has prepared, before the first collective: Horovod connects
+    there, as its idle loop polls the other ranks from then on; MultiWorkerMirroredStrategy connected
+    when it was made."""
 
     ranks: RankPlace
 
