@@ -1,8 +1,9 @@
 """The managed trainer's time by stage, on this job's ``train`` channel (benchmarks/lab/trainer_profile.py
 runs it): listing, sharding, counting records (a full TFRecord read, as the trainer counted before, and
 the frame headers it reads now), opening and reading the files (one after another, as plain tf.data and
-the trainer do, and 16 at a time interleaved, tried and not kept), parsing, the seeded shuffle, the exact
-batches, the training steps without and with the engine's collectives, a checkpoint, the model's export.
+the trainer do, and 16 at a time interleaved, tried and not kept), the trainer's preparation, connecting
+to the other ranks (Horovod's start-up), parsing, the seeded shuffle, the exact batches, the training
+steps without and with the engine's collectives, a checkpoint, the model's export.
 Script mode: run by ``train``, on 1 host or more.
 
 Prints ``BENCH stage rank=R name=… seconds=… records=…`` per stage (the reads time one full pass after

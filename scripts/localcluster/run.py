@@ -326,12 +326,22 @@ class ClusterRun:
             watcher.stop()
         if self.network_created:
             try:
-                self.docker.run(["network", "rm", network_name(self.spec.job_name)], check=False)
+                self._remove_network(network_name(self.spec.job_name))
             except DockerError as error:
                 failures.append(error)
         self.cleanup_seconds = time.monotonic() - began
         if failures:
             raise failures[0]
+
+    def _remove_network(self, network: str) -> None:
+        # A container the job did not make (a test's outsider, someone's debugging shell) that is still
+        # on the job's network would keep it from being removed: the network goes, so they leave it.
+        members = self.docker.run(
+            ["network", "inspect", "--format", "{{range .Containers}}{{.Name}} {{end}}", network], check=False
+        ).split()
+        for member in members:
+            self.docker.run(["network", "disconnect", "--force", network, member], check=False)
+        self.docker.run(["network", "rm", network], check=False)
 
 
 def remove_tree(path: Path, docker: DockerCli, image: str) -> None:

@@ -564,6 +564,23 @@ def test_the_runner_stops_the_other_hosts_with_the_stop_timeout(tmp_path, capsys
     assert run.statuses["algo-2"].exit_code == 143
 
 
+# The engine after the job's containers are gone: one other container is still on the job's network.
+FAKE_DOCKER_OUTSIDER = """#!/bin/sh
+echo "$@" >> "$0.log"
+if [ "$1 $2" = "network inspect" ]; then
+    echo "crowd-1 "
+fi
+"""
+
+
+def test_a_container_the_job_did_not_make_leaves_its_network_before_the_network_is_removed(tmp_path):
+    run, commands = running_hosts(tmp_path, FAKE_DOCKER_OUTSIDER)
+    run.network_created = True
+    run.remove()
+    given = commands.read_text().splitlines()
+    assert given.index("network disconnect --force j-net crowd-1") < given.index("network rm j-net"), given
+
+
 # The engine after the stop: algo-2 has exited with 143, algo-3 (if asked) still runs.
 FAKE_DOCKER_AFTER_STOP = """#!/bin/sh
 echo "$@" >> "$0.log"
