@@ -334,8 +334,10 @@ class ClusterRun:
             raise failures[0]
 
     def _remove_network(self, network: str) -> None:
-        # A container the job did not make (a test's outsider, someone's debugging shell) that is still
-        # on the job's network would keep it from being removed: the network goes, so they leave it.
+        if self.docker.call(["network", "rm", network]).returncode == 0:
+            return
+        # Refused: a container the job did not make (a test's outsider, someone's debugging shell) is
+        # still on the job's network. The network goes, so they leave it first.
         members = self.docker.run(
             ["network", "inspect", "--format", "{{range .Containers}}{{.Name}} {{end}}", network], check=False
         ).split()

@@ -564,11 +564,15 @@ def test_the_runner_stops_the_other_hosts_with_the_stop_timeout(tmp_path, capsys
     assert run.statuses["algo-2"].exit_code == 143
 
 
-# The engine after the job's containers are gone: one other container is still on the job's network.
+# The engine after the job's containers are gone: one other container is still on the job's network,
+# which it refuses to remove until that container has been disconnected.
 FAKE_DOCKER_OUTSIDER = """#!/bin/sh
 echo "$@" >> "$0.log"
 if [ "$1 $2" = "network inspect" ]; then
     echo "crowd-1 "
+elif [ "$1 $2" = "network rm" ] && ! grep -q "^network disconnect" "$0.log"; then
+    echo "error: network j-net has active endpoints" >&2
+    exit 1
 fi
 """
 
@@ -578,7 +582,17 @@ def test_a_container_the_job_did_not_make_leaves_its_network_before_the_network_
     run.network_created = True
     run.remove()
     given = commands.read_text().splitlines()
-    assert given.index("network disconnect --force j-net crowd-1") < given.index("network rm j-net"), given
+    disconnected = given.index("network disconnect --force j-net crowd-1")
+    assert "network rm j-net" in given[:disconnected] and given[-1] == "network rm j-net", given
+
+
+def test_a_network_the_engine_removes_at_once_is_not_inspected(tmp_path):
+    run, commands = running_hosts(tmp_path, FAKE_DOCKER_LOG)
+    run.network_created = True
+    run.remove()
+    assert [line for line in commands.read_text().splitlines() if line.startswith("network")] == [
+        "network rm j-net"
+    ]
 
 
 # The engine after the stop: algo-2 has exited with 143, algo-3 (if asked) still runs.
