@@ -11,6 +11,7 @@ from figures import (
     entry_overhead,
     hosts,
     image_sizes,
+    large_file_job,
     large_files,
     masking,
     mwms_trainer_vs_fit,
@@ -44,5 +45,6 @@ FIGURES: dict[int, ModuleType] = {
         masking,
         accept_cost,
         new_user_job,
+        large_file_job,
     )
 }
