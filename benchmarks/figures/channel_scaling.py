@@ -129,7 +129,8 @@ def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
     )
     if (root / "complete").exists() and (root / "complete").read_text() == text:
         return root
-    # Figures 13, 14 and 18 each write their own channel here: the messages name whose it is.
+    # Figures 13, 14 and 18 each write their own channel here (figure 19 uses figure 14's): the messages
+    # name whose it is.
     numbers = sorted({kind.number for kind in kinds})
     whose = f"figure{'s' if len(numbers) > 1 else ''} {', '.join(str(number) for number in numbers)}"
     ctx.say(f"writing the channels of {whose} into {root} (once; reused by later runs)")
@@ -146,6 +147,21 @@ def data_root(ctx: Context, kinds: Sequence[ChannelKind]) -> Path:
     return root
 
 
+def job_hyperparameters(kind: ChannelKind, epochs: int) -> dict[str, object]:
+    """The figures' job on a ``kind`` channel: ``epochs`` epochs, no shuffle, no checkpoints, Horovod with
+    ``SLOTS`` ranks per host (figure 19 gives the plain Horovod script the same)."""
+    return {
+        "epochs": epochs,
+        "batch_size": kind.batch_size,
+        "shuffle_buffer": 0,  # the plain read does not shuffle either: the input path alone is compared
+        "seed": 0,
+        "checkpoint_every_epochs": 0,
+        "image_shape": list(kind.image_shape),
+        "sagemaker_mpi_enabled": True,
+        "sagemaker_mpi_num_of_processes_per_host": SLOTS,
+    }
+
+
 def _job_spec(
     ctx: Context, kind: ChannelKind, data: Path, sharded: bool, steps_forward: bool, epochs: int
 ) -> JobSpec:
@@ -160,22 +176,12 @@ def _job_spec(
         "passes": epochs - 1,
         "image_shape": list(kind.image_shape),
     }
-    hyperparameters = {
-        "epochs": epochs,
-        "batch_size": kind.batch_size,
-        "shuffle_buffer": 0,  # the plain read does not shuffle either: the input path alone is compared
-        "seed": 0,
-        "checkpoint_every_epochs": 0,
-        "image_shape": list(kind.image_shape),
-        "sagemaker_mpi_enabled": True,
-        "sagemaker_mpi_num_of_processes_per_host": SLOTS,
-    }
     return JobSpec(
         image=ctx.image,
         hosts=HOSTS,
         code=PAYLOAD,
         program="channel_model.py",
-        hyperparameters=hyperparameters,
+        hyperparameters=job_hyperparameters(kind, epochs),
         channels={"train": data},
         sharded=("train",) if sharded else (),
         command=("python", "/opt/ml/code/channel_job.py", json.dumps(plan)),

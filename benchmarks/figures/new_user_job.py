@@ -32,8 +32,10 @@ from figures.paired_job import samples as paired_samples
 
 NUMBER = 18
 TITLE = "a new user's job, 2 hosts, 10 epochs: managed trainer (Horovod, MWMS) vs plain Horovod script"
+FILES = 10_000
 GLOBAL_BATCH = 128  # as figure 9's: 64 per rank on 2 hosts
 EPOCHS = 10
+MAX_PAIRS = 3
 
 JOB = PairedJob(
     number=NUMBER,
@@ -42,14 +44,14 @@ JOB = PairedJob(
     channel=ChannelKind(
         number=NUMBER,
         name="new-user-job",
-        counts=(10_000,),
+        counts=(FILES,),
         records_per_file=4,
         image_shape=(28, 28, 1),  # model_module.IMAGE_SHAPE (the harness cannot import TensorFlow's side)
         batch_size=GLOBAL_BATCH,
         timed_epochs=lambda _count: EPOCHS - 1,
-        runs_cap=lambda _count: 3,
+        runs_cap=lambda _count: MAX_PAIRS,
     ),
-    files=10_000,
+    files=FILES,
     hosts=2,
     ranks_per_host=1,
     epochs=EPOCHS,
@@ -70,7 +72,7 @@ JOB = PairedJob(
             managed=False,
         ),
     },
-    max_pairs=3,
+    max_pairs=MAX_PAIRS,
 )
 
 

@@ -6,7 +6,7 @@ Measured per side, from each job:
 
 - job wall time: Docker's StartedAt of the first container → FinishedAt of the last, what the user waits
   for (start-up, listing and sharding the channel, tracing, the epochs, the export, teardown);
-- records/s: the channel's records × (epochs - 1) over the time between rank 0's first and last epoch
+- records/s: the job's records × (epochs - 1) over the time between rank 0's first and last epoch
   lines, by when Docker received them on algo-1, so start-up and the first epoch's tracing are out.
 
 Exactly once: each trainer side must report the channel's records (its rank-count line), and the script's
@@ -60,6 +60,15 @@ class PairedJob:
     hyperparameters: Mapping[str, object]
     sides: Mapping[str, Side]
     max_pairs: int
+
+    def __post_init__(self) -> None:
+        # The rows' note and the checks use the fields; the jobs get the hyperparameters: one value each.
+        given = {key: self.hyperparameters.get(key) for key in ("epochs", "batch_size")}
+        if given != {"epochs": self.epochs, "batch_size": self.channel.batch_size}:
+            raise ValueError(
+                f"figure {self.number}: hyperparameters {given} differ from the job's {self.epochs} epochs "
+                f"and global batch {self.channel.batch_size}"
+            )
 
     @property
     def ranks(self) -> int:

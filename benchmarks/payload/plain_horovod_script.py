@@ -1,7 +1,8 @@
 """Figures 18 and 19, the baseline: the Horovod script a new user would write for the job the figure gives
-the managed trainer, in the manner of Horovod's published Keras examples, with the same model and parser:
-those of the model module the hyperparameter ``model_module`` names (figure 18's model_module.py by
-default; figure 19 names channel_model). The image's ``train`` runs it as a script on the MPI engine.
+the managed trainer, in the manner of Horovod's published Keras examples, with the same model, optimizer,
+loss, metrics and parser: those of the model module the hyperparameter ``model_module`` names (figure
+18's model_module.py by default; figure 19 names channel_model). The image's ``train`` runs it as a
+script on the MPI engine.
 
 Every rank lists the channel's TFRecord files, sorted, and takes every size-th one from its rank on; its
 records are parsed, shuffled (seeded; not with ``shuffle_buffer`` 0), batched (the global ``batch_size``
@@ -49,12 +50,12 @@ class EpochLine(keras.callbacks.Callback):
 
 model = model_module.build_model(hp)
 # The published examples' recipe: the optimizer wrapped by Horovod (the image makes the wrapper work on
-# Keras 3's optimizers, as figure 9's Horovod side uses it). The learning rate is not scaled by the rank
-# count, as the managed trainer does not scale it by default: both sides take the same steps.
+# Keras 3's optimizers, as figure 9's Horovod side uses it), here the module's own optimizer, loss and
+# metrics, which the managed trainer trains with too. The learning rate is not scaled by the rank count,
+# as the managed trainer does not scale it by default: both sides take the same steps.
+compiled = model.get_compile_config()
 model.compile(
-    optimizer=hvd.DistributedOptimizer(keras.optimizers.Adam(hp.get("learning_rate", 0.001))),
-    loss="sparse_categorical_crossentropy",
-    metrics=["accuracy"],
+    optimizer=hvd.DistributedOptimizer(model.optimizer), loss=compiled["loss"], metrics=compiled["metrics"]
 )
 model.fit(
     dataset,
