@@ -50,6 +50,7 @@ from sagetrain.deadline import Deadline
 HOSTS = 2
 SLOTS = 2  # ranks per host
 RANKS = HOSTS * SLOTS
+PROCESSES_PER_HOST = "sagemaker_mpi_num_of_processes_per_host"  # the hyperparameter giving SLOTS
 DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 FIRST_BATCH_TARGET_S = 5.0
 LISTING_TARGET_MB = 200.0
@@ -153,12 +154,12 @@ def job_hyperparameters(kind: ChannelKind, epochs: int) -> dict[str, object]:
     return {
         "epochs": epochs,
         "batch_size": kind.batch_size,
-        "shuffle_buffer": 0,  # the plain read does not shuffle either: the input path alone is compared
+        "shuffle_buffer": 0,  # no side shuffles: the plain readers and the script read in order too
         "seed": 0,
         "checkpoint_every_epochs": 0,
         "image_shape": list(kind.image_shape),
         "sagemaker_mpi_enabled": True,
-        "sagemaker_mpi_num_of_processes_per_host": SLOTS,
+        PROCESSES_PER_HOST: SLOTS,
     }
 
 

@@ -30,11 +30,12 @@ from figures.paired_job import samples as paired_samples
 NUMBER = 19
 TITLE = "figure 14's 100 large files, both sides training, 2x2 ranks: managed trainer vs plain Horovod script"
 EPOCHS = 20
+FILES = 100  # one of figure 14's channels
 
 JOB = PairedJob(
     number=NUMBER,
     channel=FIGURE_14_CHANNEL,
-    files=100,
+    files=FILES,
     hosts=HOSTS,
     ranks_per_host=SLOTS,
     epochs=EPOCHS,
@@ -49,7 +50,7 @@ JOB = PairedJob(
             managed=False,
         ),
     },
-    max_pairs=4,  # even: each side goes first as often as the other
+    max_pairs=4,  # with an even number of pairs (--runs 2 or 4) each side goes first as often
 )
 
 

@@ -27,7 +27,7 @@ from benchlib.cluster import JobFailed, JobRun, JobSpec, field_values, run_job
 from benchlib.context import PAYLOAD, Context
 from benchlib.report import Row, Target, TargetKind
 
-from figures.channel_scaling import TOTAL_RECORDS, ChannelKind, data_root
+from figures.channel_scaling import PROCESSES_PER_HOST, TOTAL_RECORDS, ChannelKind, data_root
 
 JOB_SECONDS = 900.0
 WALL_TARGET = 1.1
@@ -62,13 +62,34 @@ class PairedJob:
     max_pairs: int
 
     def __post_init__(self) -> None:
-        # The rows' note and the checks use the fields; the jobs get the hyperparameters: one value each.
-        given = {key: self.hyperparameters.get(key) for key in ("epochs", "batch_size")}
-        if given != {"epochs": self.epochs, "batch_size": self.channel.batch_size}:
-            raise ValueError(
-                f"figure {self.number}: hyperparameters {given} differ from the job's {self.epochs} epochs "
-                f"and global batch {self.channel.batch_size}"
-            )
+        # A mistake here should stop the figure before its first job, not after its last.
+        problems = self._problems()
+        if problems:
+            raise ValueError(f"figure {self.number}: " + "; ".join(problems))
+
+    def _problems(self) -> list[str]:
+        """What does not add up: the rows' note and the checks use the fields, the jobs the
+        hyperparameters, so both must give one value for each."""
+        expected = {
+            "epochs": self.epochs,
+            "batch_size": self.channel.batch_size,
+            PROCESSES_PER_HOST: self.ranks_per_host,
+        }
+        # Without the key the image runs one rank per host.
+        given = {key: self.hyperparameters.get(key) for key in expected} | {
+            PROCESSES_PER_HOST: self.hyperparameters.get(PROCESSES_PER_HOST, 1)
+        }
+        problems = [] if given == expected else [f"hyperparameters {given} differ from the job's {expected}"]
+        problems += [
+            f"side {name!r} sets {sorted(set(side.hyperparameters) & set(expected))}, which the job sets"
+            for name, side in self.sides.items()
+            if set(side.hyperparameters) & set(expected)
+        ]
+        if SCRIPT not in self.sides:
+            problems.append(f"no {SCRIPT!r} side to compare with (sides: {sorted(self.sides)})")
+        if self.files not in self.channel.counts:
+            problems.append(f"the channel is written with {self.channel.counts} files, not {self.files}")
+        return problems
 
     @property
     def ranks(self) -> int:

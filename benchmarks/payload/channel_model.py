@@ -1,4 +1,4 @@
-"""Figures 13 and 14: a Keras model module (the managed trainer's contract) over TFRecord images of the
+"""Figures 13, 14 and 19: a Keras model module (the managed trainer's contract) over TFRecord images of the
 shape the hyperparameter ``image_shape`` gives, with a probe that reports when the first batch reaches
 the model.
 
@@ -7,6 +7,10 @@ input path, so a step must cost next to nothing. ``build_model`` runs just befor
 channels; the probe prints on its first eager call, which is the first real batch (the trainer feeds it
 through the model before its first collective). So the memory growth between the two is what listing,
 sharding and counting the channel cost, and the time is start to first batch.
+
+Figure 19 trains this model on figure 14's channel both through the trainer and through the plain
+Horovod script (plain_horovod_script.py builds it and parses with it); it reads neither the probe's lines
+nor the memory mark.
 """
 
 import os

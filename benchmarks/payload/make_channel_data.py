@@ -1,4 +1,4 @@
-"""Writes the channels figures 13, 14 and 18 read: ``python make_channel_data.py OUT SPEC_JSON``.
+"""Writes the channels figures 13, 14, 18 and 19 read: ``python make_channel_data.py OUT SPEC_JSON``.
 
 SPEC: {"small": {"counts": [...], "records_per_file": n, "image_shape": [h, w, d]}, "large": {...}}.
 For each kind, ``OUT/<kind>/<count>/part-NNNNNN.tfrecord``: the largest count is written, the smaller

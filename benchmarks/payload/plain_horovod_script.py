@@ -53,10 +53,9 @@ model = model_module.build_model(hp)
 # Keras 3's optimizers, as figure 9's Horovod side uses it), here the module's own optimizer, loss and
 # metrics, which the managed trainer trains with too. The learning rate is not scaled by the rank count,
 # as the managed trainer does not scale it by default: both sides take the same steps.
-compiled = model.get_compile_config()
-model.compile(
-    optimizer=hvd.DistributedOptimizer(model.optimizer), loss=compiled["loss"], metrics=compiled["metrics"]
-)
+compile_config = keras.saving.deserialize_keras_object(model.get_compile_config())
+compile_config["optimizer"] = hvd.DistributedOptimizer(model.optimizer)
+model.compile(**compile_config)
 model.fit(
     dataset,
     epochs=hp["epochs"],
