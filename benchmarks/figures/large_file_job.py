@@ -22,7 +22,7 @@ from __future__ import annotations
 from benchlib.context import Context
 from benchlib.report import Row
 
-from figures.channel_scaling import HOSTS, SLOTS, job_hyperparameters
+from figures.channel_scaling import HOSTS, job_hyperparameters
 from figures.large_files import KIND as FIGURE_14_CHANNEL
 from figures.paired_job import SCRIPT, PairedJob, Side
 from figures.paired_job import samples as paired_samples
@@ -37,8 +37,6 @@ JOB = PairedJob(
     channel=FIGURE_14_CHANNEL,
     files=FILES,
     hosts=HOSTS,
-    ranks_per_host=SLOTS,
-    epochs=EPOCHS,
     hyperparameters=job_hyperparameters(FIGURE_14_CHANNEL, EPOCHS),
     sides={
         "horovod": Side("trainer, Horovod", "managed trainer on Horovod", "channel_model.py"),

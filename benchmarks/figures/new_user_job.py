@@ -53,8 +53,6 @@ JOB = PairedJob(
     ),
     files=FILES,
     hosts=2,
-    ranks_per_host=1,
-    epochs=EPOCHS,
     hyperparameters={"epochs": EPOCHS, "batch_size": GLOBAL_BATCH, "shuffle_buffer": 10_000, "seed": 0},
     sides={
         "horovod": Side("trainer, Horovod", "managed trainer on Horovod", "model_module.py"),

@@ -45,51 +45,62 @@ class Side:
     managed: bool = True  # the managed trainer, which reports the records it will train on
 
 
+# What the job's hyperparameters decide for every side, and the rows' note and the checks read from them.
+JOB_KEYS = ("epochs", "batch_size", PROCESSES_PER_HOST)
+
+
 @dataclass(frozen=True)
 class PairedJob:
-    """One figure's job: ``files`` files of ``channel`` (FullyReplicated) on ``hosts`` hosts of
-    ``ranks_per_host`` ranks, ``epochs`` epochs; ``hyperparameters`` are every side's, each side adds its
-    own. ``sides`` holds the trainer sides and the script (key ``SCRIPT``), in the first pair's order."""
+    """One figure's job: ``files`` files of ``channel`` (FullyReplicated) on ``hosts`` hosts;
+    ``hyperparameters`` are every side's (epochs, global batch, ranks per host among them), each side adds
+    its own. ``sides`` holds the trainer sides and the script (key ``SCRIPT``), in the first pair's order."""
 
     number: int
     channel: ChannelKind
     files: int
     hosts: int
-    ranks_per_host: int
-    epochs: int
     hyperparameters: Mapping[str, object]
     sides: Mapping[str, Side]
     max_pairs: int
 
     def __post_init__(self) -> None:
         # A mistake here should stop the figure before its first job, not after its last.
-        problems = self._problems()
-        if problems:
-            raise ValueError(f"figure {self.number}: " + "; ".join(problems))
-
-    def _problems(self) -> list[str]:
-        """What does not add up: the rows' note and the checks use the fields, the jobs the
-        hyperparameters, so both must give one value for each."""
-        expected = {
-            "epochs": self.epochs,
-            "batch_size": self.channel.batch_size,
-            PROCESSES_PER_HOST: self.ranks_per_host,
-        }
-        # Without the key the image runs one rank per host.
-        given = {key: self.hyperparameters.get(key) for key in expected} | {
-            PROCESSES_PER_HOST: self.hyperparameters.get(PROCESSES_PER_HOST, 1)
-        }
-        problems = [] if given == expected else [f"hyperparameters {given} differ from the job's {expected}"]
-        problems += [
-            f"side {name!r} sets {sorted(set(side.hyperparameters) & set(expected))}, which the job sets"
+        problems = [
+            f"side {name!r} sets {sorted(set(side.hyperparameters) & set(JOB_KEYS))}, which the job sets"
             for name, side in self.sides.items()
-            if set(side.hyperparameters) & set(expected)
+            if set(side.hyperparameters) & set(JOB_KEYS)
         ]
         if SCRIPT not in self.sides:
             problems.append(f"no {SCRIPT!r} side to compare with (sides: {sorted(self.sides)})")
         if self.files not in self.channel.counts:
             problems.append(f"the channel is written with {self.channel.counts} files, not {self.files}")
-        return problems
+        for key in JOB_KEYS:
+            try:
+                self._whole_number(key)
+            except ValueError as error:
+                problems.append(str(error))
+        if problems:
+            raise ValueError(f"figure {self.number}: " + "; ".join(problems))
+
+    def _whole_number(self, key: str) -> int:
+        # Without the ranks-per-host key the image runs one rank per host.
+        value = self.hyperparameters.get(key, 1 if key == PROCESSES_PER_HOST else None)
+        if not isinstance(value, int):
+            raise ValueError(f"hyperparameter {key!r} is {value!r}, not a whole number")
+        return value
+
+    @property
+    def epochs(self) -> int:
+        return self._whole_number("epochs")
+
+    @property
+    def batch_size(self) -> int:
+        """Global, over all ranks."""
+        return self._whole_number("batch_size")
+
+    @property
+    def ranks_per_host(self) -> int:
+        return self._whole_number(PROCESSES_PER_HOST)
 
     @property
     def ranks(self) -> int:
@@ -177,7 +188,7 @@ def _rows(paired: PairedJob, pairs: list[dict[str, Measured]]) -> list[Row]:
     note = (
         f"{paired.records:,} records in {paired.files:,} TFRecord files of {channel.records_per_file} "
         f"({channel.file_bytes() / 1024:,.0f} KiB), FullyReplicated; {paired.hosts} hosts x "
-        f"{paired.ranks_per_host} rank(s), global batch {channel.batch_size}, {paired.epochs} epochs, "
+        f"{paired.ranks_per_host} rank(s), global batch {paired.batch_size}, {paired.epochs} epochs, "
         f"records/s over epochs 2-{paired.epochs}; {len(pairs)} pair(s), the sides' order rotating"
     )
     rows: list[Row] = []
