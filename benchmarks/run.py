@@ -137,6 +137,7 @@ def write_results(
 # environment, with benchlib and figures importable as here.
 LABS = {
     "epoch-parts": "lab.epoch_parts",
+    "listing-phases": "lab.listing_phases",
     "mwms-variants": "lab.mwms_variants",
     "trainer-profile": "lab.trainer_profile",
 }

@@ -295,7 +295,8 @@ def test_npy_pairs_are_sized_from_the_listing_and_must_share_a_folder(tmp_path):
 TRICKY_NAMES = [
     "/d/a.tfrecord", "/d/B.TFRecords", "/d/c.tfr", "/d/part.v2/d.csv", "/d/x.npz", "/d/y.NPY",
     "/d/dotted.dir/plain", "/d/noext", "/d/other.txt", "/d/.hidden.npz", "/d/ends.", "/d/t",
-    "/d/u.tfrecord.gz", "/d/acsv", "/d/data.csv/npz", "/d/v.bnpz", "/d/v.Tfr",
+    "/d/u.tfrecord.gz", "/d/acsv", "/d/data.csv/npz", "/d/v.bnpz", "/d/v.Tfr", "/d/z.tfrecords",
+    "/e/other.dir/plain",
 ]  # fmt: skip
 
 

@@ -213,10 +213,17 @@ def greedy_deal(listing, members):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_balance_deals_as_the_plain_greedy_rule_does(seed):
+def test_the_deal_and_each_members_plan_follow_the_plain_greedy_rule(seed):
     rng = random.Random(seed)
     sizes = [rng.choice([0, 1, 5, 5, 5, 64, 1000, rng.randrange(2000)]) for _ in range(rng.randrange(1, 60))]
     listing = files(*sizes)
     rng.shuffle(listing)
     for members in (1, 2, 3, 4, 7):
-        assert balance_files(listing, members) == greedy_deal(listing, members)
+        dealt = greedy_deal(listing, members)
+        assert balance_files(listing, members) == dealt
+        for index in range(members):
+            plan = plan_shard(listing, index, members)
+            if len(listing) >= members and is_balanced(dealt):
+                assert (plan.level, plan.files) == (ShardLevel.FILE, dealt[index])
+            else:
+                assert (plan.level, plan.files) == (ShardLevel.RECORD, tuple(sorted(listing)))

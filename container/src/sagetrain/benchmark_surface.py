@@ -36,9 +36,17 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.trainer.hyperparameters": frozenset({"settings_from"}),
     "sagetrain.trainer.job": frozenset({"TrainerJob", "trainer_job"}),
     "sagetrain.trainer.preparation": frozenset({"TRAIN", "Prepared", "prepare"}),
-    "sagetrain.trainer.readers": frozenset({"EpochBatches", "epoch_batches", "epoch_seed"}),
-    "sagetrain.trainer.sharding": frozenset({"batch_sizes", "steps_per_epoch"}),
-    "sagetrain.trainer.channels": frozenset({"list_data_files", "open_channel"}),
+    # ... and the lab's listing phases (payload/listing_phases.py): open_channel's and rank_records' steps
+    # one by one, and the first batch as the trainer reads it.
+    "sagetrain.config.channels": frozenset({"Channel"}),
+    "sagetrain.trainer.contract": frozenset({"load_module"}),
+    "sagetrain.trainer.readers": frozenset(
+        {"EpochBatches", "epoch_batches", "epoch_seed", "rank_records", "read_batches"}
+    ),
+    "sagetrain.trainer.sharding": frozenset({"batch_sizes", "plan_shard", "steps_per_epoch"}),
+    "sagetrain.trainer.channels": frozenset(
+        {"Channel", "collector_paused", "format_of", "list_data_files", "open_channel", "sharding_units"}
+    ),
     "sagetrain.trainer.tfrecord_frames": frozenset({"count_files"}),
     "sagetrain.trainer.collectives": frozenset({"make_collectives"}),
     "sagetrain.trainer.loop": frozenset(

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
+from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
 
@@ -103,10 +104,10 @@ def format_of(channel: str, paths: Sequence[str], content_type: str | None) -> D
         return DataFormat.OTHER
 
     # Which format a name has depends only on the text from its last dot (every suffix above has one dot,
-    # at its start), so one path per distinct ending decides for all: one look at each of 100,000 paths
-    # instead of a call per path. A name without a dot gives an ending holding a "/" or the path's last
-    # character, neither of which ends in a known suffix, as one() finds for the name itself.
-    by_ending = {path[path.rfind(".") :].lower(): path for path in paths}
+    # at its start), so one path per distinct ending decides for all. A name without a dot gives an ending
+    # holding a "/" or the path's last character, neither of which ends in a known suffix, as one() finds
+    # for the name itself.
+    by_ending = _one_ending(paths) or {path[path.rfind(".") :].lower(): path for path in paths}
     formats = {one(path): path for path in by_ending.values()}
     if len(formats) > 1:
         examples = ", ".join(
@@ -114,6 +115,18 @@ def format_of(channel: str, paths: Sequence[str], content_type: str | None) -> D
         )
         raise UserError(f"channel {channel!r} mixes file formats ({examples}); keep one format per channel.")
     return next(iter(formats), DataFormat.OTHER)
+
+
+def _one_ending(paths: Sequence[str]) -> dict[str, str]:
+    """{ending: first path} when every path ends with the first one's text from its last dot, as a channel
+    of one kind of file does; else empty. The ending holds one dot, at its start, so a path that ends with
+    it has the same ending. Checked without a Python call per path: the channel's 100,000 paths took a
+    twentieth of a second of every rank's listing when each was sliced and lowered."""
+    first = paths[0] if paths else ""
+    dot = first.rfind(".")
+    if dot < 0 or not all(map(str.endswith, paths, repeat(first[dot:]))):
+        return {}
+    return {first[dot:].lower(): first}
 
 
 def npy_labels_path(features: Path) -> Path:

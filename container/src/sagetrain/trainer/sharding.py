@@ -66,23 +66,36 @@ def balance_files(files: Sequence[DataFile], members: int) -> tuple[tuple[DataFi
     """Deal files to ``members`` bins, largest first (ties in path order), each to the lightest bin (fewest
     files, then lowest index on ties). Deterministic for a given listing; every bin gets a file when
     ``len(files) >= members``. Each bin keeps its files in path order so reads stay sequential."""
+    bins, _totals = _deal(tuple(sorted(files)), members)
+    return tuple(tuple(sorted(members_files)) for members_files in bins)
+
+
+def _deal(ordered: Sequence[DataFile], members: int) -> tuple[list[list[DataFile]], list[int]]:
+    """``balance_files``' deal of files already in path order, each bin in dealing order, and each bin's
+    bytes (which the deal adds up anyway; ``plan_shard`` takes them rather than adding them up again)."""
     if members < 1:
         raise ValueError(f"members must be at least 1, got {members}")
     bins: list[list[DataFile]] = [[] for _ in range(members)]
     # (bytes, files, index) of every bin: the heap's smallest is the lightest bin as defined above.
     lightest_first = [(0, 0, index) for index in range(members)]
-    # A stable sort keeps equal sizes in the path order of the first sort, even when reversed.
-    for data_file in sorted(sorted(files), key=attrgetter("size"), reverse=True):
+    # A stable sort keeps equal sizes in path order, even when reversed.
+    for data_file in sorted(ordered, key=attrgetter("size"), reverse=True):
         total, count, index = lightest_first[0]
         bins[index].append(data_file)
         heapq.heapreplace(lightest_first, (total + data_file.size, count + 1, index))
-    return tuple(tuple(sorted(members_files)) for members_files in bins)
+    totals = [0] * members
+    for total, _count, index in lightest_first:
+        totals[index] = total
+    return bins, totals
+
+
+def _evenly_dealt(totals: Sequence[int]) -> bool:
+    return min(totals) > 0 and min(totals) >= FILE_BALANCE_MIN_RATIO * max(totals)
 
 
 def is_balanced(bins: Sequence[Sequence[DataFile]]) -> bool:
     """Every bin holds bytes, and the lightest at least ``FILE_BALANCE_MIN_RATIO`` of the heaviest."""
-    totals = [sum(item.size for item in group) for group in bins]
-    return min(totals) > 0 and min(totals) >= FILE_BALANCE_MIN_RATIO * max(totals)
+    return _evenly_dealt([sum(item.size for item in group) for group in bins])
 
 
 def plan_shard(files: Sequence[DataFile], index: int, count: int) -> ShardPlan:
@@ -92,9 +105,10 @@ def plan_shard(files: Sequence[DataFile], index: int, count: int) -> ShardPlan:
         raise ValueError(f"shard index {index} is outside 0..{count - 1}")
     ordered = tuple(sorted(files))  # by path (unique), as DataFile tuples sort
     if len(ordered) >= count:
-        bins = balance_files(ordered, count)
-        if is_balanced(bins):
-            return ShardPlan(ShardLevel.FILE, bins[index], 0, 1)
+        # Only this member's bin is put in path order: every rank deals a channel's 100,000 files itself.
+        bins, totals = _deal(ordered, count)
+        if _evenly_dealt(totals):
+            return ShardPlan(ShardLevel.FILE, tuple(sorted(bins[index])), 0, 1)
     return ShardPlan(ShardLevel.RECORD, ordered, index, count)
 
 

@@ -1,0 +1,126 @@
+"""Where listing → first batch goes on a channel of many files (benchmarks/lab/listing_phases.py runs it),
+for the managed trainer's own functions and for a plain tf.data script, and what the system calls the
+trainer adds cost on their own. Script mode: run by ``train`` on 1 host with the channel as ``train``.
+
+Each reader takes one share of ``SHARES`` of all files, as one of figure 13's 4 ranks of a FullyReplicated
+channel does. For every number of the hyperparameter ``processes`` and every side, in the order of
+``sides``, the script starts that many readers of the side at once in this container (shares 0, 1, …):
+
+- ``trainer``: the listing (names and sizes), the channel's format, the deal, counting its share's
+  records and building the parsed dataset (``rank_records``), and its first batch;
+- ``plain``: the glob and sort, the parsed dataset, its first batch (as figure 13's plain reader);
+- ``syscalls``: only the system calls the trainer makes and the plain script does not: a ``stat`` of
+  every listed file, and opening, sizing, reading and closing each file of its share (the record count's).
+
+Every reader has TensorFlow imported before its clock starts. A reader prints
+``BENCH phase side=… processes=… reader=… name=… seconds=…`` per phase.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BATCH = 128
+IMAGE_HP = {"image_shape": [28, 28, 1]}
+SHARES = 4
+# The first argument of a reader this script starts (the job starts it with hyperparameter options).
+READER = "--reader"
+
+
+def _reader(side: str, channel: Path, index: int, processes: int) -> None:
+    import tensorflow as tf  # before the clock, in every side: the trainer's ranks have it imported
+
+    def phase(name: str, work: Callable[[], Any]) -> Any:
+        began = time.perf_counter()
+        result = work()
+        seconds = time.perf_counter() - began
+        fields = f"side={side} processes={processes} reader={index} name={name} seconds={seconds:.6f}"
+        line = f"BENCH phase {fields}\n"
+        os.write(sys.stdout.fileno(), line.encode())  # one write: the readers share the job's output
+        return result
+
+    if side == "plain":
+        from channel_records import parse_image_record
+
+        files = phase("glob and sort", lambda: sorted(str(path) for path in channel.glob("*.tfrecord")))
+        dataset = phase(
+            "dataset and parser",
+            lambda: (
+                tf.data.TFRecordDataset(files[index::SHARES])
+                .map(lambda record: parse_image_record(record, IMAGE_HP), num_parallel_calls=tf.data.AUTOTUNE)
+                .batch(BATCH)
+                .prefetch(tf.data.AUTOTUNE)
+            ),
+        )
+        phase("first batch", lambda: next(iter(dataset)))
+        return
+
+    from sagetrain.config.channels import Channel as ChannelConfig
+    from sagetrain.trainer.channels import (
+        Channel,
+        collector_paused,
+        format_of,
+        list_data_files,
+        sharding_units,
+    )
+    from sagetrain.trainer.contract import load_module
+    from sagetrain.trainer.readers import rank_records, read_batches
+    from sagetrain.trainer.sharding import plan_shard
+
+    if side == "syscalls":
+        names = [entry.path for entry in os.scandir(channel)]
+        # str paths, as the listing keeps them: a Path per file would be timed too
+        phase("stat every listed file", lambda: [os.stat(path).st_size for path in names])  # noqa: PTH116
+        listed = list_data_files(channel)
+        share = plan_shard(listed, index, SHARES).files
+
+        def open_size_read_close() -> None:
+            for item in share:
+                descriptor = os.open(item.path, os.O_RDONLY)
+                os.pread(descriptor, os.fstat(descriptor).st_size, 0)
+                os.close(descriptor)
+
+        phase("open, size, read, close its share", open_size_read_close)
+        return
+
+    module = load_module(Path(__file__).with_name("channel_model.py"))
+    declared = ChannelConfig("train")
+    # As open_channel lists and deals: with Python's cyclic collector paused.
+    with collector_paused():
+        listed = phase("listing (names and sizes)", lambda: list_data_files(channel))
+        readable = [item for item in listed if item.size > 0]
+        data_format = phase("format", lambda: format_of("train", [item.path for item in readable], None))
+        shard = phase(
+            "deal", lambda: plan_shard(sharding_units("train", readable, data_format), index, SHARES)
+        )
+    opened = Channel(declared, channel, tuple(unit.path for unit in shard.files), data_format, shard)
+    records = phase(
+        "count and dataset (rank_records)", lambda: rank_records(opened, module, IMAGE_HP, "label")
+    )
+    phase("first batch", lambda: next(read_batches(records, records.dataset.batch(BATCH).take(1))))
+
+
+def _run_all(channel: Path, hyperparameters: dict[str, Any]) -> None:
+    for processes in hyperparameters["processes"]:
+        for side in hyperparameters["sides"].split(","):
+            readers = [
+                subprocess.Popen(
+                    [sys.executable, __file__, READER, side, str(channel), str(index), str(processes)]
+                )
+                for index in range(processes)
+            ]
+            failed = [reader.args for reader in readers if reader.wait() != 0]
+            if failed:
+                raise SystemExit(f"readers failed: {failed}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == [READER]:
+        _reader(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        _run_all(Path(os.environ["SM_CHANNEL_TRAIN"]), json.loads(os.environ["SM_HPS"]))
