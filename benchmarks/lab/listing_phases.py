@@ -1,9 +1,10 @@
 """Where listing → first batch goes at figure 13's largest channel (100,000 small files, FullyReplicated),
-phase by phase (payload/listing_phases.py): the managed trainer's own functions, a plain tf.data script,
-and the system calls the trainer adds on their own. One reader alone, then 4 at once in one container
+phase by phase (payload/listing_phases.py): the managed trainer's own functions, with every rank listing
+and with one listing per host (readers 0-1 and 2-3 as figure 13's 2 hosts), a plain tf.data script, and
+the system calls the trainer adds on their own. One reader alone, then 4 at once in one container
 (figure 13's 4 ranks on 2 cores). Prints a Markdown table (seconds per phase of the slowest reader, each
-the median of ``--runs`` jobs; the sides' totals and their ratio; and the floor: plain's total plus
-the trainer's added system calls, over plain's total) and writes it as JSON.
+the median of ``--runs`` jobs; the trainer's totals over plain's; and the floor: plain's total plus the
+system calls every rank's own listing adds, over plain's total) and writes it as JSON.
 
 ``python3 benchmarks/run.py lab listing-phases [--runs N] [--json PATH] [--image IMAGE]``
 """
@@ -26,7 +27,7 @@ from localcluster.dockercli import DockerCli
 
 FILES = 100_000
 PROCESSES = (1, 4)
-SIDES = ("trainer", "plain", "syscalls")
+SIDES = ("trainer", "shared", "plain", "syscalls")
 
 # (side, processes) → phase → seconds, of the reader whose phases add up to the most.
 Phases = dict[tuple[str, int], dict[str, float]]
@@ -88,6 +89,10 @@ def table(result: Phases) -> str:
     totals = {key: sum(phases.values()) for key, phases in result.items()}
     for label, value in (
         ("trainer ÷ plain", lambda count: totals[("trainer", count)] / totals[("plain", count)]),
+        (
+            "trainer, one listing per host ÷ plain",
+            lambda count: totals[("shared", count)] / totals[("plain", count)],
+        ),
         (
             "floor: (plain + the trainer's system calls) ÷ plain",
             lambda count: (totals[("plain", count)] + totals[("syscalls", count)]) / totals[("plain", count)],

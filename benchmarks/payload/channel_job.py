@@ -15,11 +15,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from probe import PROBE_LABEL_VAR
-from sagetrain.contracts import RankPlace
+from sagetrain.contracts import RUN_DIR_VAR, RankPlace, RunDir
 from start_together import FOLDER_VAR, release_together, wait_for_the_others
 
 CHANNEL = Path("/opt/ml/input/data/train")
@@ -71,7 +72,7 @@ def reader_slots(plan: dict, cluster: Cluster) -> list[ReaderSlot]:
     return readers
 
 
-def reader_process(step: str, plan: dict, reader: ReaderSlot) -> subprocess.Popen[bytes]:
+def reader_process(step: str, plan: dict, reader: ReaderSlot, run_dir: RunDir) -> subprocess.Popen[bytes]:
     env = {**os.environ, FOLDER_VAR: plan["start_together"]}
     if step == "plain":
         arguments = [str(CHANNEL), reader.name, str(reader.index), str(reader.count)]
@@ -80,6 +81,7 @@ def reader_process(step: str, plan: dict, reader: ReaderSlot) -> subprocess.Pope
         return subprocess.Popen(command, cwd=CODE, env=env)
     if step == "input":
         env.update(reader.place.to_env())
+        env[RUN_DIR_VAR] = str(run_dir.root)  # where the host's readers share a listing, as its ranks do
         env[PROBE_LABEL_VAR] = f"impl=input reader={reader.name}"
         command = [sys.executable, str(CODE / "input_path_read.py"), reader.name, str(plan["passes"])]
         return subprocess.Popen(command, cwd=CODE, env=env)
@@ -89,20 +91,31 @@ def reader_process(step: str, plan: dict, reader: ReaderSlot) -> subprocess.Pope
 def run_readers(step: str, plan: dict, cluster: Cluster) -> int:
     """1 if any reader failed (or was killed) or not every reader got ready, else 0; waits for every
     reader. The first host lets all hosts' readers of the step start their timed passes together."""
-    processes = [reader_process(step, plan, slot) for slot in reader_slots(plan, cluster)]
-    if cluster.current == cluster.hosts[0]:
-        names = [reader_name(rank) for rank in range(len(cluster.hosts) * int(plan["slots"]))]
-        try:
-            release_together(Path(plan["start_together"]), step, names, READY_TIMEOUT_S)
-        except TimeoutError as error:
-            print(f"channel_job: {error}", file=sys.stderr, flush=True)
+    # The readers share their host's listing as the trainer's ranks do, in an empty folder as the launcher
+    # gives them: one of the step's own, not the launcher's, which holds the trainer's listing already.
+    with tempfile.TemporaryDirectory(prefix=f"{step}-readers-") as root:
+        run_dir = RunDir(Path(root))
+        run_dir.listings.mkdir(mode=0o700)
+        processes = [reader_process(step, plan, slot, run_dir) for slot in reader_slots(plan, cluster)]
+        if cluster.current == cluster.hosts[0] and not all_released(step, plan, cluster):
             for process in processes:
                 process.kill()
             for process in processes:
                 process.wait()
             return 1
-    codes = [process.wait() for process in processes]
+        codes = [process.wait() for process in processes]
     return 1 if any(codes) else 0
+
+
+def all_released(step: str, plan: dict, cluster: Cluster) -> bool:
+    """Whether every host's readers got ready and were let start their timed passes together."""
+    names = [reader_name(rank) for rank in range(len(cluster.hosts) * int(plan["slots"]))]
+    try:
+        release_together(Path(plan["start_together"]), step, names, READY_TIMEOUT_S)
+    except TimeoutError as error:
+        print(f"channel_job: {error}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def every_host_done(step: str, plan: dict, cluster: Cluster) -> None:

@@ -6,8 +6,11 @@ Each reader takes one share of ``SHARES`` of all files, as one of figure 13's 4 
 channel does. For every number of the hyperparameter ``processes`` and every side, in the order of
 ``sides``, the script starts that many readers of the side at once in this container (shares 0, 1, …):
 
-- ``trainer``: the listing (names and sizes), the channel's format, the deal, counting its share's
-  records and building the parsed dataset (``rank_records``), and its first batch;
+- ``trainer``: each rank's own listing (names and sizes), the channel's format, the deal, counting its
+  share's records and building the parsed dataset (``rank_records``), and its first batch;
+- ``shared``: the same, with the listing and deal made once per host (``open_channel`` with a folder to
+  share them in) for readers 0-1 and 2-3 as figure 13's 2 hosts of 2 ranks, each pair with a folder of
+  its own;
 - ``plain``: the glob and sort, the parsed dataset, its first batch (as figure 13's plain reader);
 - ``syscalls``: only the system calls the trainer makes and the plain script does not: a ``stat`` of
   every listed file, and opening, sizing, reading and closing each file of its share (the record count's).
@@ -20,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,99 +32,130 @@ from typing import Any
 BATCH = 128
 IMAGE_HP = {"image_shape": [28, 28, 1]}
 SHARES = 4
+RANKS_PER_HOST = 2
 # The first argument of a reader this script starts (the job starts it with hyperparameter options).
 READER = "--reader"
 
+Phase = Callable[[str, Callable[[], Any]], Any]
 
-def _reader(side: str, channel: Path, index: int, processes: int) -> None:
-    import tensorflow as tf  # before the clock, in every side: the trainer's ranks have it imported
 
-    def phase(name: str, work: Callable[[], Any]) -> Any:
-        began = time.perf_counter()
-        result = work()
-        seconds = time.perf_counter() - began
-        fields = f"side={side} processes={processes} reader={index} name={name} seconds={seconds:.6f}"
-        line = f"BENCH phase {fields}\n"
-        os.write(sys.stdout.fileno(), line.encode())  # one write: the readers share the job's output
-        return result
+def _plain(phase: Phase, channel: Path, index: int) -> None:
+    import tensorflow as tf
+    from channel_records import parse_image_record
 
-    if side == "plain":
-        from channel_records import parse_image_record
+    files = phase("glob and sort", lambda: sorted(str(path) for path in channel.glob("*.tfrecord")))
+    dataset = phase(
+        "dataset and parser",
+        lambda: (
+            tf.data.TFRecordDataset(files[index::SHARES])
+            .map(lambda record: parse_image_record(record, IMAGE_HP), num_parallel_calls=tf.data.AUTOTUNE)
+            .batch(BATCH)
+            .prefetch(tf.data.AUTOTUNE)
+        ),
+    )
+    phase("first batch", lambda: next(iter(dataset)))
 
-        files = phase("glob and sort", lambda: sorted(str(path) for path in channel.glob("*.tfrecord")))
-        dataset = phase(
-            "dataset and parser",
-            lambda: (
-                tf.data.TFRecordDataset(files[index::SHARES])
-                .map(lambda record: parse_image_record(record, IMAGE_HP), num_parallel_calls=tf.data.AUTOTUNE)
-                .batch(BATCH)
-                .prefetch(tf.data.AUTOTUNE)
-            ),
-        )
-        phase("first batch", lambda: next(iter(dataset)))
-        return
 
+def _syscalls(phase: Phase, channel: Path, index: int) -> None:
+    from sagetrain.trainer.channels import list_data_files
+    from sagetrain.trainer.sharding import plan_shard
+
+    names = [entry.path for entry in os.scandir(channel)]
+    # str paths, as the listing keeps them: a Path per file would be timed too
+    phase("stat every listed file", lambda: [os.stat(path).st_size for path in names])  # noqa: PTH116
+    share = plan_shard(list_data_files(channel), index, SHARES).files
+
+    def open_size_read_close() -> None:
+        for item in share:
+            descriptor = os.open(item.path, os.O_RDONLY)
+            os.pread(descriptor, os.fstat(descriptor).st_size, 0)
+            os.close(descriptor)
+
+    phase("open, size, read, close its share", open_size_read_close)
+
+
+def _trainer(phase: Phase, channel: Path, index: int, shared_in: Path | None) -> None:
     from sagetrain.config.channels import Channel as ChannelConfig
+    from sagetrain.contracts import RankPlace
     from sagetrain.trainer.channels import (
         Channel,
         collector_paused,
         format_of,
         list_data_files,
+        open_channel,
         sharding_units,
     )
     from sagetrain.trainer.contract import load_module
     from sagetrain.trainer.readers import rank_records, read_batches
     from sagetrain.trainer.sharding import plan_shard
 
-    if side == "syscalls":
-        names = [entry.path for entry in os.scandir(channel)]
-        # str paths, as the listing keeps them: a Path per file would be timed too
-        phase("stat every listed file", lambda: [os.stat(path).st_size for path in names])  # noqa: PTH116
-        listed = list_data_files(channel)
-        share = plan_shard(listed, index, SHARES).files
-
-        def open_size_read_close() -> None:
-            for item in share:
-                descriptor = os.open(item.path, os.O_RDONLY)
-                os.pread(descriptor, os.fstat(descriptor).st_size, 0)
-                os.close(descriptor)
-
-        phase("open, size, read, close its share", open_size_read_close)
-        return
-
     module = load_module(Path(__file__).with_name("channel_model.py"))
     declared = ChannelConfig("train")
-    # As open_channel lists and deals: with Python's cyclic collector paused.
-    with collector_paused():
-        listed = phase("listing (names and sizes)", lambda: list_data_files(channel))
-        readable = [item for item in listed if item.size > 0]
-        data_format = phase("format", lambda: format_of("train", [item.path for item in readable], None))
-        shard = phase(
-            "deal", lambda: plan_shard(sharding_units("train", readable, data_format), index, SHARES)
+    if shared_in is not None:
+        place = RankPlace(index, SHARES, index % RANKS_PER_HOST, RANKS_PER_HOST)
+        opened = phase(
+            "listing, format and deal, once per host",
+            lambda: open_channel(declared, channel, place, reader_needs_format=True, shared_in=shared_in),
         )
-    opened = Channel(declared, channel, tuple(unit.path for unit in shard.files), data_format, shard)
+    else:
+        # As open_channel lists and deals: with Python's cyclic collector paused.
+        with collector_paused():
+            listed = phase("listing (names and sizes)", lambda: list_data_files(channel))
+            readable = [item for item in listed if item.size > 0]
+            data_format = phase("format", lambda: format_of("train", [item.path for item in readable], None))
+            shard = phase(
+                "deal", lambda: plan_shard(sharding_units("train", readable, data_format), index, SHARES)
+            )
+        opened = Channel(declared, channel, tuple(unit.path for unit in shard.files), data_format, shard)
     records = phase(
         "count and dataset (rank_records)", lambda: rank_records(opened, module, IMAGE_HP, "label")
     )
     phase("first batch", lambda: next(read_batches(records, records.dataset.batch(BATCH).take(1))))
 
 
+def _host_folder(scratch: Path, index: int) -> Path:
+    """Where reader ``index``'s host shares its listing: readers 0-1 stand for one host, 2-3 another."""
+    return scratch / f"host-{index // RANKS_PER_HOST}"
+
+
+def _reader(side: str, channel: Path, index: int, processes: int, scratch: Path) -> None:
+    import tensorflow  # noqa: F401 - before any clock, in every side: the trainer's ranks have it imported
+
+    def phase(name: str, work: Callable[[], Any]) -> Any:
+        began = time.perf_counter()
+        result = work()
+        seconds = time.perf_counter() - began
+        fields = f"side={side} processes={processes} reader={index} name={name} seconds={seconds:.6f}"
+        os.write(sys.stdout.fileno(), f"BENCH phase {fields}\n".encode())  # one write: readers share it
+        return result
+
+    if side == "plain":
+        _plain(phase, channel, index)
+    elif side == "syscalls":
+        _syscalls(phase, channel, index)
+    else:
+        shared_in = _host_folder(scratch, index) if side == "shared" else None
+        _trainer(phase, channel, index, shared_in)
+
+
 def _run_all(channel: Path, hyperparameters: dict[str, Any]) -> None:
     for processes in hyperparameters["processes"]:
         for side in hyperparameters["sides"].split(","):
-            readers = [
-                subprocess.Popen(
-                    [sys.executable, __file__, READER, side, str(channel), str(index), str(processes)]
-                )
-                for index in range(processes)
-            ]
-            failed = [reader.args for reader in readers if reader.wait() != 0]
+            with tempfile.TemporaryDirectory() as scratch:
+                for first_of_host in range(0, SHARES, RANKS_PER_HOST):
+                    _host_folder(Path(scratch), first_of_host).mkdir(mode=0o700)
+                arguments = [READER, side, str(channel), str(processes), scratch]
+                readers = [
+                    subprocess.Popen([sys.executable, __file__, *arguments, str(index)])
+                    for index in range(processes)
+                ]
+                failed = [reader.args for reader in readers if reader.wait() != 0]
             if failed:
                 raise SystemExit(f"readers failed: {failed}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [READER]:
-        _reader(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        _reader(sys.argv[2], Path(sys.argv[3]), int(sys.argv[6]), int(sys.argv[4]), Path(sys.argv[5]))
     else:
         _run_all(Path(os.environ["SM_CHANNEL_TRAIN"]), json.loads(os.environ["SM_HPS"]))

@@ -234,7 +234,7 @@ def test_the_collector_is_off_while_listing_and_dealing_and_as_it_was_after_succ
         monkeypatch.setattr(trainer_channels, name, run)
 
     watched("list_data_files")
-    watched("plan_shard")
+    watched("deal_files")
     after = []
     (gc.enable if enabled_before else gc.disable)()
     try:
@@ -246,7 +246,7 @@ def test_the_collector_is_off_while_listing_and_dealing_and_as_it_was_after_succ
     finally:
         gc.enable()
     # The second call fails after its listing, before any deal.
-    assert collector_on == [("list_data_files", False), ("plan_shard", False), ("list_data_files", False)]
+    assert collector_on == [("list_data_files", False), ("deal_files", False), ("list_data_files", False)]
     assert after == [enabled_before, enabled_before]
 
 
@@ -312,3 +312,107 @@ def test_a_channels_format_is_every_files_own(content_type):
             else:
                 with pytest.raises(UserError, match="mixes file formats"):
                     format_of("train", paths, content_type)
+
+
+def listings_counted(monkeypatch):
+    """Count the trainer's listings of a folder, as they happen."""
+    calls = []
+    original = trainer_channels.list_data_files
+
+    def counted(directory):
+        calls.append(directory)
+        return original(directory)
+
+    monkeypatch.setattr(trainer_channels, "list_data_files", counted)
+    return calls
+
+
+@pytest.mark.parametrize("distribution", ["FullyReplicated", "ShardedByS3Key"])
+def test_a_hosts_ranks_share_one_listing_and_each_gets_its_own_share(tmp_path, monkeypatch, distribution):
+    make_files(train_dir(tmp_path), [(f"part-{index}.tfrecord", 10 + index % 3) for index in range(12)])
+    spec = spec_for(tmp_path, distribution)
+    second_host = [place(2, 0, 4, 2), place(3, 1, 4, 2)]  # FullyReplicated: shares 2 and 3 of 4
+    alone = [open_channel(spec, train_dir(tmp_path), rank, reader_needs_format=True) for rank in second_host]
+    shared_in = tmp_path / "listings"
+    shared_in.mkdir()
+    calls = listings_counted(monkeypatch)
+    shared = [
+        open_channel(spec, train_dir(tmp_path), rank, reader_needs_format=True, shared_in=shared_in)
+        for rank in second_host
+    ]
+    assert calls == [train_dir(tmp_path)], "listed by the first rank only"
+    assert shared == alone
+    assert shared[0].shard.level is ShardLevel.FILE and shared[0].files != shared[1].files
+
+
+def test_a_shared_listing_of_another_folder_is_not_taken(tmp_path, monkeypatch):
+    make_files(train_dir(tmp_path), [("a.tfrecord", 5), ("b.tfrecord", 5)])
+    make_files(tmp_path / "other", [("c.tfrecord", 5), ("d.tfrecord", 5)])
+    spec = spec_for(tmp_path)
+    for folder, shared_in in (
+        (tmp_path / "other", tmp_path / "other-listings"),
+        (train_dir(tmp_path), tmp_path / "listings"),
+    ):
+        shared_in.mkdir()
+        open_channel(spec, folder, place(0, 0, 2, 2), reader_needs_format=True, shared_in=shared_in)
+    # The other folder's listing under this folder's name, as a stale or damaged file would be.
+    (theirs,), (ours,) = (
+        folder.glob("*.json") for folder in (tmp_path / "other-listings", tmp_path / "listings")
+    )
+    ours.write_bytes(theirs.read_bytes())
+    calls = listings_counted(monkeypatch)
+    channel = open_channel(
+        spec,
+        train_dir(tmp_path),
+        place(1, 1, 2, 2),
+        reader_needs_format=True,
+        shared_in=tmp_path / "listings",
+    )
+    assert calls == [train_dir(tmp_path)]
+    assert [Path(path).name for path in channel.files] == ["b.tfrecord"]
+
+
+def test_only_a_rank_with_a_sibling_under_the_launcher_shares_listings(tmp_path):
+    write_job(tmp_path)
+    run = {"SAGETRAIN_RUN_DIR": str(tmp_path / "run")}
+    two = {
+        "SAGETRAIN_RANK": "1",
+        "SAGETRAIN_SIZE": "2",
+        "SAGETRAIN_LOCAL_RANK": "1",
+        "SAGETRAIN_LOCAL_SIZE": "2",
+    }
+    one_per_host = {**two, "SAGETRAIN_LOCAL_RANK": "0", "SAGETRAIN_LOCAL_SIZE": "1"}
+    assert trainer_job(environ(tmp_path, **run, **two)).listings_dir == tmp_path / "run" / "listings"
+    assert trainer_job(environ(tmp_path, **run, **one_per_host)).listings_dir is None
+    assert trainer_job(environ(tmp_path, **two)).listings_dir is None, "no launcher's run directory"
+
+
+@pytest.mark.parametrize(
+    ("names_and_sizes", "sentence"),
+    [
+        (
+            [("a.tfrecord", 0), ("b.tfrecord", 0)],
+            r"^channel 'train' has no records: its 2 file\(s\) in .* are empty",
+        ),
+        ([("a.bin", 5), ("b.bin", 5)], r"^channel 'train': no reader for files like a.bin"),
+    ],
+    ids=["listing fails", "no reader"],
+)
+def test_a_channel_that_fails_fails_every_rank_of_the_host_alike_listed_once(
+    tmp_path, monkeypatch, names_and_sizes, sentence
+):
+    make_files(train_dir(tmp_path), names_and_sizes)
+    spec = spec_for(tmp_path)
+    shared_in = tmp_path / "listings"
+    shared_in.mkdir()
+    calls = listings_counted(monkeypatch)
+    for rank in range(2):
+        with pytest.raises(UserError, match=sentence):
+            open_channel(
+                spec,
+                train_dir(tmp_path),
+                place(rank, rank, 2, 2),
+                reader_needs_format=True,
+                shared_in=shared_in,
+            )
+    assert calls == [train_dir(tmp_path)]

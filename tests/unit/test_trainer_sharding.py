@@ -7,8 +7,10 @@ import pytest
 from sagetrain.errors import UserError
 from sagetrain.trainer.sharding import (
     DataFile,
+    Deal,
     FileSpan,
     ShardLevel,
+    ShardPlan,
     balance_files,
     batch_sizes,
     check_has_records,
@@ -227,3 +229,17 @@ def test_the_deal_and_each_members_plan_follow_the_plain_greedy_rule(seed):
                 assert (plan.level, plan.files) == (ShardLevel.FILE, dealt[index])
             else:
                 assert (plan.level, plan.files) == (ShardLevel.RECORD, tuple(sorted(listing)))
+
+
+def test_a_deal_names_a_member_for_every_file_and_plans_only_members():
+    listing = tuple(sorted(files(5, 5, 5)))
+    with pytest.raises(ValueError, match="owners must name one of 2 members"):
+        Deal(listing, 2, (0, 1))
+    with pytest.raises(ValueError, match="owners must name one of 2 members"):
+        Deal(listing, 2, (0, 1, 2))
+    with pytest.raises(ValueError, match="members must be at least 1"):
+        Deal(listing, 0)
+    with pytest.raises(ValueError, match=r"shard index 2 is outside 0..1"):
+        Deal(listing, 2, (0, 1, 0)).plan(2)
+    assert Deal(listing, 2, (0, 1, 0)).plan(0).files == (listing[0], listing[2])
+    assert Deal(listing, 2).plan(1) == ShardPlan(ShardLevel.RECORD, listing, 1, 2)

@@ -26,9 +26,10 @@ BENCHMARK_SURFACE: dict[str, frozenset[str]] = {
     "sagetrain.report.verdict": frozenset({"SUCCESS"}),
     # Figure 16: masking at SageMaker's limits, and the former method from the same forms.
     "sagetrain.redact": frozenset({"MASK", "Redactor", "forms"}),
-    # Figures 13 and 14: the input-path readers stand for ranks, placed as the launcher places one; the
-    # model module's probe names the trainer's rank by mpirun's variable.
-    "sagetrain.contracts": frozenset({"MPI_RANK_VAR", "RankPlace"}),
+    # Figures 13 and 14: the input-path readers stand for ranks, placed as the launcher places one, with
+    # a run directory to share their listing in as the launcher gives one; the model module's probe names
+    # the trainer's rank by mpirun's variable.
+    "sagetrain.contracts": frozenset({"MPI_RANK_VAR", "RUN_DIR_VAR", "RankPlace", "RunDir"}),
     # Figure 6: the managed trainer's input path alone (listing, sharding, the seeded epoch batches); and
     # the trainer's profile (payload/trainer_profile.py): each stage of a rank's epoch on its own; and
     # figures 13 and 14's input-path readers (payload/input_path_read.py); and the lab's parts of a

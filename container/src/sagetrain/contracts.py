@@ -212,6 +212,8 @@ class RunDir:
     ``members``          the addresses of the job's hosts, one per line: who the job's ports take
                          connections from (MEMBERS_FILTER_LIBRARY), readable by every user
     ``ps/``              the parameter server task's scratch folder, its own user's alone
+    ``listings/``        each channel's listing and deal, made by the first of this host's ranks for the
+                         others (trainer/host_once.py), owner-only; emptied at every start
 
     Other users may pass through the folder but not list it; what holds a secret is its owner's alone.
     """
@@ -259,6 +261,10 @@ class RunDir:
     @property
     def ps_scratch(self) -> Path:
         return self.root / "ps"
+
+    @property
+    def listings(self) -> Path:
+        return self.root / "listings"
 
     def write_host_facts(self, facts: HostFacts) -> Path:
         path = self.host_facts_file

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+from contextlib import suppress
 from pathlib import Path
 
 from sagetrain.atomic_file import write_atomically
-from sagetrain.contracts import FILE_VAR_SUFFIX
+from sagetrain.contracts import FILE_VAR_SUFFIX, RUN_DIR_VAR, RunDir
+from sagetrain.errors import PlatformError
 from sagetrain.launch.members import missing_filter_warning
 from sagetrain.launch.spec import MAX_ENV_STRING_BYTES, JobSpec
 from sagetrain.redact import stays_on_host
@@ -20,20 +23,36 @@ log = logging.getLogger(__name__)
 
 # The run folder: its owner's; others may only pass through it to the files meant for them.
 RUN_DIR_MODE = 0o711
-# The secret channel's folder: its owner's alone.
-SECRET_CHANNEL_MODE = 0o700
+# The secret channel's folder and the ranks' shared listings: their owner's alone.
+PRIVATE_FOLDER_MODE = 0o700
 
 
 def keep_secret_channel_private(folder: Path) -> None:
     """Make the secret channel's folder its owner's alone (the launcher read the secret before): no other
     user of this host (the parameter server task's) reads the secret. Warns when it cannot."""
     try:
-        folder.chmod(SECRET_CHANNEL_MODE)
+        folder.chmod(PRIVATE_FOLDER_MODE)
     except OSError as error:
         log.warning(
             "cannot make %s readable by its owner alone (%s): processes of other users on this host could "
             "read the job's secret", folder, error.strerror or error,
         )  # fmt: skip
+
+
+def empty_listings(run_dir: RunDir) -> None:
+    """An empty folder for this start's ranks to share their channel listings in, their owner's alone: a
+    listing left by an earlier start in this container may be of other files."""
+    folder = run_dir.listings
+    try:
+        with suppress(FileNotFoundError):
+            shutil.rmtree(folder)
+        folder.mkdir(mode=PRIVATE_FOLDER_MODE)
+        folder.chmod(PRIVATE_FOLDER_MODE)  # whatever the umask
+    except OSError as error:
+        raise PlatformError(
+            f"cannot make an empty folder {folder} ({error.strerror or error}); {RUN_DIR_VAR} must name a "
+            f"folder this host can write"
+        ) from None
 
 
 def write_run_dir(spec: JobSpec) -> None:
@@ -46,6 +65,7 @@ def write_run_dir(spec: JobSpec) -> None:
     warning = missing_filter_warning(spec.plan.launch.members_only_ports, spec.members_filter, spec.env)
     if warning is not None:
         log.warning("%s", warning)
+    empty_listings(run_dir)
     run_dir.write_host_facts(spec.host_facts)
     run_dir.write_host_env({name: value for name, value in spec.env.items() if stays_on_host(name)})
     run_dir.write_host_key(spec.secrets.membership.host_key(spec.plan.current_host))

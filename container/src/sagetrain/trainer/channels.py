@@ -23,7 +23,9 @@ from sagetrain.config.channels import Channel as ChannelConfig
 from sagetrain.config.channels import InputMode, S3Distribution
 from sagetrain.contracts import RankPlace
 from sagetrain.errors import UserError
-from sagetrain.trainer.sharding import DataFile, ShardPlan, plan_shard
+from sagetrain.trainer.host_once import once_per_host
+from sagetrain.trainer.sharding import DataFile, Deal, ShardPlan, deal_files
+from sagetrain.trainer.shared_deal import deal_from, deal_name, deal_text
 
 
 class DataFormat(Enum):
@@ -203,10 +205,8 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _list_and_deal(
-    spec: ChannelConfig, folder: Path, ranks: RankPlace, *, reader_needs_format: bool
-) -> tuple[DataFormat, ShardPlan]:
-    """The channel's format and this rank's share of its files, from one listing of ``folder``."""
+def _list_and_deal(spec: ChannelConfig, folder: Path, members: int) -> tuple[DataFormat, Deal]:
+    """The channel's format and every member's share of its files, from one listing of ``folder``."""
     listed = list_data_files(folder)
     if not listed:
         raise UserError(f"channel {spec.name!r} has no files in {folder}; add data or remove the channel.")
@@ -219,27 +219,50 @@ def _list_and_deal(
             f"empty; add data or remove the channel."
         )
     data_format = format_of(spec.name, [item.path for item in readable], spec.content_type)
-    if reader_needs_format and data_format is DataFormat.OTHER:
-        raise UserError(
-            f"channel {spec.name!r}: no reader for files like {Path(readable[0].path).name}; use .npz, .npy "
-            f"pairs, .csv or TFRecord (.tfrecord with parse_record), or define input_fn(channel, hp) in the "
-            f"module."
-        )
-    index, count = shard_group(spec, ranks)
-    return data_format, plan_shard(sharding_units(spec.name, readable, data_format), index, count)
+    return data_format, deal_files(sharding_units(spec.name, readable, data_format), members)
+
+
+def _dealt_text(folder: Path, dealt: tuple[DataFormat, Deal]) -> str:
+    data_format, deal = dealt
+    return deal_text(folder, data_format.value, deal)
+
+
+def _dealt_from(text: str, folder: Path, members: int) -> tuple[DataFormat, Deal]:
+    data_format, deal = deal_from(text, folder, members)
+    return DataFormat(data_format), deal
 
 
 def open_channel(
-    spec: ChannelConfig, folder: Path, ranks: RankPlace, *, reader_needs_format: bool
+    spec: ChannelConfig,
+    folder: Path,
+    ranks: RankPlace,
+    *,
+    reader_needs_format: bool,
+    shared_in: Path | None = None,
 ) -> Channel:
     """This rank's view of a channel whose data is in ``folder``. ``reader_needs_format``: no
-    ``input_fn``, so a default reader must recognise the files."""
+    ``input_fn``, so a default reader must recognise the files. ``shared_in``: where this host's ranks
+    share the channel's listing and deal, made by the first of them (trainer/host_once.py)."""
     reject_unshardable(spec, folder)
     if not folder.is_dir():
         raise UserError(f"channel {spec.name!r}: its folder {folder} does not exist.")
+    index, count = shard_group(spec, ranks)
     # Listing and dealing keep a tuple per file (100,000 on every rank of a large channel): with the
     # collector on, its full passes over TensorFlow's heap took up to two fifths of that time.
     with collector_paused():
-        data_format, shard = _list_and_deal(spec, folder, ranks, reader_needs_format=reader_needs_format)
+        data_format, deal = once_per_host(
+            shared_in,
+            deal_name(folder, count),
+            lambda: _list_and_deal(spec, folder, count),
+            write=lambda dealt: _dealt_text(folder, dealt),
+            read=lambda text: _dealt_from(text, folder, count),
+        )
+    if reader_needs_format and data_format is DataFormat.OTHER:
+        raise UserError(
+            f"channel {spec.name!r}: no reader for files like {Path(deal.files[0].path).name}; use .npz, "
+            f".npy pairs, .csv or TFRecord (.tfrecord with parse_record), or define input_fn(channel, hp) "
+            f"in the module."
+        )
+    shard = deal.plan(index)
     files = tuple(unit.path for unit in shard.files)
     return Channel(declared=spec, directory=folder, files=files, data_format=data_format, shard=shard)

@@ -34,6 +34,9 @@ class TrainerJob:
     report_dir: Path | None  # per-rank diagnostics, when asked for
     current_host: str | None  # this rank's host, as the launcher told it; None when run without one
     notes: Notes  # the trainer's notes at the job's log level
+    # Where this host's ranks share each channel's listing and deal (the launcher's run directory); None
+    # when no other rank of the job runs on this host, or no launcher started this one.
+    listings_dir: Path | None = None
 
     @property
     def paths(self) -> Paths:
@@ -69,16 +72,24 @@ def _optional_path(environ: Mapping[str, str], name: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _listings_dir(environ: Mapping[str, str], ranks: RankPlace) -> Path | None:
+    if ranks.local_size < 2 or not environ.get(contracts.RUN_DIR_VAR):
+        return None
+    return contracts.RunDir.from_env(environ).listings
+
+
 def trainer_job(environ: Mapping[str, str]) -> TrainerJob:
     config = load_job_config(root_from_environ(environ), check_channels=False)
+    ranks = RankPlace.from_env(environ)
     return TrainerJob(
         config=config,
         engine=_engine(environ),
-        ranks=RankPlace.from_env(environ),
+        ranks=ranks,
         hyperparameters=HyperParameters(config.user_hyperparameters),
         checkpoint_dir=read_checkpoint_dir(config.paths),
         error_file=_optional_path(environ, contracts.ERROR_FILE_VAR),
         report_dir=_optional_path(environ, contracts.TRAINER_REPORT_DIR_VAR),
         current_host=environ.get(CURRENT_HOST_VAR) or None,
         notes=Notes(job_log_level(environ)),
+        listings_dir=_listings_dir(environ, ranks),
     )

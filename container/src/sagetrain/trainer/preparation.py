@@ -49,7 +49,9 @@ def _records(
     if spec is None:
         return None
     folder = job.paths.channel_dir(spec.name)
-    channel = open_channel(spec, folder, job.ranks, reader_needs_format=module.input_fn is None)
+    channel = open_channel(
+        spec, folder, job.ranks, reader_needs_format=module.input_fn is None, shared_in=job.listings_dir
+    )
     return rank_records(channel, module, job.hyperparameters, settings.label_column)
 
 

@@ -23,7 +23,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import eq
 from typing import NamedTuple
 
 from sagetrain.errors import UserError
@@ -62,31 +63,63 @@ class ShardPlan:
     record_count: int
 
 
+@dataclass(frozen=True)
+class Deal:
+    """Every member's share of a channel's files, as ``plan_shard`` decides it for each: ``files`` in path
+    order; dealt by file, ``owners[i]`` is the member that reads ``files[i]``; dealt by record (``owners``
+    empty), every member reads all files and keeps its share of their records."""
+
+    files: tuple[DataFile, ...]
+    members: int
+    owners: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.members < 1:
+            raise ValueError(f"members must be at least 1, got {self.members}")
+        if self.owners and (
+            len(self.owners) != len(self.files) or not set(self.owners) <= set(range(self.members))
+        ):
+            raise ValueError(f"owners must name one of {self.members} members for each of the files")
+
+    def plan(self, index: int) -> ShardPlan:
+        """What member ``index`` reads."""
+        if not 0 <= index < self.members:
+            raise ValueError(f"shard index {index} is outside 0..{self.members - 1}")
+        if not self.owners:
+            return ShardPlan(ShardLevel.RECORD, self.files, index, self.members)
+        # Picked from the files in path order, so the member's files stay in path order too.
+        return ShardPlan(
+            ShardLevel.FILE, tuple(compress(self.files, map(eq, self.owners, repeat(index)))), 0, 1
+        )
+
+
 def balance_files(files: Sequence[DataFile], members: int) -> tuple[tuple[DataFile, ...], ...]:
     """Deal files to ``members`` bins, largest first (ties in path order), each to the lightest bin (fewest
     files, then lowest index on ties). Deterministic for a given listing; every bin gets a file when
     ``len(files) >= members``. Each bin keeps its files in path order so reads stay sequential."""
-    bins, _totals = _deal(tuple(sorted(files)), members)
-    return tuple(tuple(sorted(members_files)) for members_files in bins)
+    ordered = tuple(sorted(files))
+    owners, _totals = _owners(ordered, members)
+    return tuple(tuple(compress(ordered, map(eq, owners, repeat(member)))) for member in range(members))
 
 
-def _deal(ordered: Sequence[DataFile], members: int) -> tuple[list[list[DataFile]], list[int]]:
-    """``balance_files``' deal of files already in path order, each bin in dealing order, and each bin's
-    bytes (which the deal adds up anyway; ``plan_shard`` takes them rather than adding them up again)."""
+def _owners(ordered: Sequence[DataFile], members: int) -> tuple[tuple[int, ...], list[int]]:
+    """``balance_files``' deal of files already in path order: the bin each file goes to, and each bin's
+    bytes (which the deal adds up anyway; ``deal_files`` takes them rather than adding them up again)."""
     if members < 1:
         raise ValueError(f"members must be at least 1, got {members}")
-    bins: list[list[DataFile]] = [[] for _ in range(members)]
+    sizes = [data_file.size for data_file in ordered]
+    owners = [0] * len(ordered)
     # (bytes, files, index) of every bin: the heap's smallest is the lightest bin as defined above.
     lightest_first = [(0, 0, index) for index in range(members)]
     # A stable sort keeps equal sizes in path order, even when reversed.
-    for data_file in sorted(ordered, key=attrgetter("size"), reverse=True):
+    for position in sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True):
         total, count, index = lightest_first[0]
-        bins[index].append(data_file)
-        heapq.heapreplace(lightest_first, (total + data_file.size, count + 1, index))
+        owners[position] = index
+        heapq.heapreplace(lightest_first, (total + sizes[position], count + 1, index))
     totals = [0] * members
     for total, _count, index in lightest_first:
         totals[index] = total
-    return bins, totals
+    return tuple(owners), totals
 
 
 def _evenly_dealt(totals: Sequence[int]) -> bool:
@@ -98,18 +131,22 @@ def is_balanced(bins: Sequence[Sequence[DataFile]]) -> bool:
     return _evenly_dealt([sum(item.size for item in group) for group in bins])
 
 
+def deal_files(files: Sequence[DataFile], members: int) -> Deal:
+    """Every member's share of a channel's files, for ``members`` members: whole files when they deal
+    out evenly (see ``is_balanced``), otherwise a share of all files' records (the module's rule)."""
+    ordered = tuple(sorted(files))  # by path (unique), as DataFile tuples sort
+    if len(ordered) >= members:
+        owners, totals = _owners(ordered, members)
+        if _evenly_dealt(totals):
+            return Deal(ordered, members, owners)
+    return Deal(ordered, members)
+
+
 def plan_shard(files: Sequence[DataFile], index: int, count: int) -> ShardPlan:
-    """This member's share of a channel's files, for member ``index`` of ``count``: whole files when they
-    deal out evenly (see ``is_balanced``), otherwise a share of all files' records (the module's rule)."""
+    """This member's share of a channel's files, for member ``index`` of ``count`` (``deal_files``)."""
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is outside 0..{count - 1}")
-    ordered = tuple(sorted(files))  # by path (unique), as DataFile tuples sort
-    if len(ordered) >= count:
-        # Only this member's bin is put in path order: every rank deals a channel's 100,000 files itself.
-        bins, totals = _deal(ordered, count)
-        if _evenly_dealt(totals):
-            return ShardPlan(ShardLevel.FILE, tuple(sorted(bins[index])), 0, 1)
-    return ShardPlan(ShardLevel.RECORD, ordered, index, count)
+    return deal_files(files, count).plan(index)
 
 
 def record_span(total: int, index: int, count: int) -> range:
