@@ -15,7 +15,8 @@ channel does. For every number of the hyperparameter ``processes`` and every sid
 - ``syscalls``: only the system calls the trainer makes and the plain script does not: a ``stat`` of
   every listed file, and opening, sizing, reading and closing each file of its share (the record count's).
 
-Every reader has TensorFlow imported before its clock starts. A reader prints
+Every reader has TensorFlow imported and its side's set-up done before its clock starts, and the readers
+of a side start their first phase together (a pipe barrier with this script). A reader prints
 ``BENCH phase side=… processes=… reader=… name=… seconds=…`` per phase.
 """
 
@@ -118,10 +119,18 @@ def _host_folder(scratch: Path, index: int) -> Path:
     return scratch / f"host-{index // RANKS_PER_HOST}"
 
 
-def _reader(side: str, channel: Path, index: int, processes: int, scratch: Path) -> None:
+def _reader(
+    side: str, channel: Path, index: int, processes: int, scratch: Path, barrier: tuple[int, int]
+) -> None:
     import tensorflow  # noqa: F401 - before any clock, in every side: the trainer's ranks have it imported
 
+    waiting = [barrier]
+
     def phase(name: str, work: Callable[[], Any]) -> Any:
+        if waiting:  # the side's readers start their first phase together, once all are set up
+            ready, go = waiting.pop()
+            os.write(ready, b".")
+            os.read(go, 1)
         began = time.perf_counter()
         result = work()
         seconds = time.perf_counter() - began
@@ -138,17 +147,36 @@ def _reader(side: str, channel: Path, index: int, processes: int, scratch: Path)
         _trainer(phase, channel, index, shared_in)
 
 
+def _start_together(readers: list[subprocess.Popen[bytes]], ready: int, go: int) -> None:
+    """Let the readers go once every one has said it is ready (or has died: then the pipe ends)."""
+    said = 0
+    while said < len(readers):
+        chunk = os.read(ready, len(readers) - said)
+        if not chunk:
+            break
+        said += len(chunk)
+    os.write(go, b"." * len(readers))
+
+
 def _run_all(channel: Path, hyperparameters: dict[str, Any]) -> None:
     for processes in hyperparameters["processes"]:
         for side in hyperparameters["sides"].split(","):
             with tempfile.TemporaryDirectory() as scratch:
                 for first_of_host in range(0, SHARES, RANKS_PER_HOST):
                     _host_folder(Path(scratch), first_of_host).mkdir(mode=0o700)
-                arguments = [READER, side, str(channel), str(processes), scratch]
+                (ready_in, ready_out), (go_in, go_out) = os.pipe(), os.pipe()
+                arguments = [READER, side, str(channel), str(processes), scratch, str(ready_out), str(go_in)]
                 readers = [
-                    subprocess.Popen([sys.executable, __file__, *arguments, str(index)])
+                    subprocess.Popen(
+                        [sys.executable, __file__, *arguments, str(index)], pass_fds=(ready_out, go_in)
+                    )
                     for index in range(processes)
                 ]
+                os.close(ready_out)
+                os.close(go_in)
+                _start_together(readers, ready_in, go_out)
+                os.close(ready_in)
+                os.close(go_out)
                 failed = [reader.args for reader in readers if reader.wait() != 0]
             if failed:
                 raise SystemExit(f"readers failed: {failed}")
@@ -156,6 +184,7 @@ def _run_all(channel: Path, hyperparameters: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [READER]:
-        _reader(sys.argv[2], Path(sys.argv[3]), int(sys.argv[6]), int(sys.argv[4]), Path(sys.argv[5]))
+        side, channel, processes, scratch, ready, go, index = sys.argv[2:9]
+        _reader(side, Path(channel), int(index), int(processes), Path(scratch), (int(ready), int(go)))
     else:
         _run_all(Path(os.environ["SM_CHANNEL_TRAIN"]), json.loads(os.environ["SM_HPS"]))

@@ -171,3 +171,15 @@ def test_a_result_it_cannot_write_is_still_returned(tmp_path):
 
     assert once_per_host(folder, "deal-x", lambda: 7, write=unwritable, read=json.loads) == 7
     assert not (folder / "deal-x.json").exists()
+
+
+def test_a_rank_that_cannot_mark_its_try_makes_it_for_itself_alone(tmp_path, monkeypatch):
+    folder = tmp_path / "listings"
+    folder.mkdir()
+
+    def no_space(_descriptor, _data, _offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(host_once.os, "pwrite", no_space)
+    assert once_per_host(folder, "deal-x", lambda: 5, write=json.dumps, read=json.loads) == 5
+    assert sorted(path.name for path in folder.iterdir()) == ["deal-x.lock"]

@@ -50,7 +50,7 @@ def _left_failure(failure: Path) -> str | None:
     """The sentence of the user error another rank left, if it left one that reads back as one."""
     try:
         sentence = json.loads(failure.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return sentence if isinstance(sentence, str) and sentence else None
 
@@ -60,6 +60,18 @@ def _left_result(result: Path) -> bytes | None:
         return result.read_bytes()
     except OSError:
         return None
+
+
+def _first_to_try(lock: int) -> bool:
+    """Whether this rank is the first to try making the result (it marks the lock file so); False too
+    when it cannot tell, and then makes the result for itself alone."""
+    try:
+        if os.pread(lock, len(_TRIED), 0) == _TRIED:
+            return False
+        os.pwrite(lock, _TRIED, 0)
+    except OSError:
+        return False
+    return True
 
 
 def _make_and_leave(result: Path, failure: Path, make: Callable[[], T], write: Callable[[T], str]) -> T:
@@ -96,12 +108,11 @@ def once_per_host(
         if sentence is not None:
             raise UserError(sentence)
         left = _left_result(result)
-        if left is None and os.pread(lock, len(_TRIED), 0) != _TRIED:
-            os.pwrite(lock, _TRIED, 0)
+        if left is None and _first_to_try(lock):
             return _make_and_leave(result, failure, make, write)
     finally:
         os.close(lock)
-    if left is None:  # the rank that tried left nothing
+    if left is None:  # the rank that tried left nothing, or this one cannot tell whether one tried
         return make()
     try:
         return read(left.decode("utf-8"))
