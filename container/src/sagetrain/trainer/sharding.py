@@ -99,7 +99,8 @@ def balance_files(files: Sequence[DataFile], members: int) -> tuple[tuple[DataFi
     ``len(files) >= members``. Each bin keeps its files in path order so reads stay sequential."""
     ordered = tuple(sorted(files))
     owners, _totals = _owners(ordered, members)
-    return tuple(tuple(compress(ordered, map(eq, owners, repeat(member)))) for member in range(members))
+    deal = Deal(ordered, members, owners)
+    return tuple(deal.plan(member).files for member in range(members))
 
 
 def _owners(ordered: Sequence[DataFile], members: int) -> tuple[tuple[int, ...], list[int]]:
